@@ -1,0 +1,233 @@
+"""GLM-ASR in plain PyTorch: the reference every kernel track is checked against.
+
+Read top to bottom: audio encoder (conv stem + pre-norm transformer with partial RoPE), 4-frame merge
++ projector, Llama decoder with a static KV cache, and the greedy generation loop.
+
+  features (windows, mels, 3000) ─ conv1+GELU ─ conv2(stride 2)+GELU ─ 32 × [LN → attn → LN → MLP] ─ LN
+      → (windows, 1500, 1280) ─ merge 4 frames → (windows, 375, 5120) ─ Linear·GELU·Linear → (…, 2048)
+  prompt ids ─ embed, audio placeholders replaced by those rows ─ 28 × [RMSNorm → GQA attn → RMSNorm → SwiGLU]
+      ─ RMSNorm ─ lm_head ─ argmax → next id, appended to a static KV cache, repeated until eos.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from glm_asr_common.config import DecoderConfig, EncoderConfig, ModelConfig
+from glm_asr_common.frontend import ASRInputs
+from glm_asr_common.generation import GreedyStopper
+
+
+def rope_tables(positions: int, rotary_dim: int, theta: float, device="cpu"):
+    """cos/sin of shape (positions, rotary_dim), in fp32, laid out for rotate-half (each angle twice)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32, device=device) / rotary_dim))
+    angles = torch.arange(positions, dtype=torch.float32, device=device)[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x, cos, sin):
+    """Rotate the first cos.shape[-1] channels of every head (rotate-half pairing); leave the rest."""
+    rot, rest = x[..., : cos.shape[-1]], x[..., cos.shape[-1]:]
+    half = rot.shape[-1] // 2
+    rotated_half = torch.cat([-rot[..., half:], rot[..., :half]], dim=-1)
+    return torch.cat([rot * cos + rotated_half * sin, rest], dim=-1)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, c: EncoderConfig):
+        super().__init__()
+        self.c = c
+        width = c.num_heads * c.head_dim
+        self.input_layernorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.q_proj = nn.Linear(c.hidden_size, width)
+        self.k_proj = nn.Linear(c.hidden_size, width, bias=False)  # Whisper's k_proj has no bias
+        self.v_proj = nn.Linear(c.hidden_size, width)
+        self.o_proj = nn.Linear(width, c.hidden_size)
+        self.post_attention_layernorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.fc1 = nn.Linear(c.hidden_size, c.intermediate_size)
+        self.fc2 = nn.Linear(c.intermediate_size, c.hidden_size)
+
+    def forward(self, x, cos, sin):
+        b, t, _ = x.shape
+        h = self.input_layernorm(x)
+        heads = lambda y: y.view(b, t, self.c.num_heads, self.c.head_dim).transpose(1, 2)
+        q = apply_rope(heads(self.q_proj(h)), cos, sin)
+        k = apply_rope(heads(self.k_proj(h)), cos, sin)
+        # No mask: the encoder attends over the whole zero-padded 30 s window, as the model was trained.
+        attn = F.scaled_dot_product_attention(q, k, heads(self.v_proj(h)))
+        x = x + self.o_proj(attn.transpose(1, 2).reshape(b, t, -1))
+        return x + self.fc2(F.gelu(self.fc1(self.post_attention_layernorm(x))))
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, c: EncoderConfig):
+        super().__init__()
+        self.conv1 = nn.Conv1d(c.num_mel_bins, c.hidden_size, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(c.hidden_size, c.hidden_size, kernel_size=3, stride=2, padding=1)
+        self.layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.num_layers))
+        self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        # fp32 tables kept outside the module's buffers so .to(dtype) never rounds them; load_model moves them.
+        self.cos, self.sin = rope_tables(c.max_positions, c.rotary_dim, c.rope_theta)
+
+    def forward(self, features):  # (windows, mels, frames) → (windows, frames/2, hidden)
+        x = F.gelu(self.conv2(F.gelu(self.conv1(features)))).transpose(1, 2)
+        cos, sin = self.cos[: x.shape[1]].to(x.dtype), self.sin[: x.shape[1]].to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.norm(x)
+
+
+class Projector(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.linear_1 = nn.Linear(cfg.encoder.intermediate_size, cfg.projector_hidden_size)
+        self.linear_2 = nn.Linear(cfg.projector_hidden_size, cfg.decoder.hidden_size)
+
+    def forward(self, x):
+        return self.linear_2(F.gelu(self.linear_1(x)))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        # Normalise in fp32, round back to the input dtype, then scale (Llama's order of rounding).
+        x32 = x.float()
+        return self.weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: DecoderConfig):
+        super().__init__()
+        self.c = c
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.q_proj = nn.Linear(c.hidden_size, c.num_heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.hidden_size, c.num_kv_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.num_heads * c.head_dim, c.hidden_size, bias=False)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+        self.k_cache = self.v_cache = None
+
+    def forward(self, x, cos, sin, start: int, key_mask):
+        """x (B, T, H) holds cache slots start..start+T−1; key_mask (B, 1, T, start+T) says who sees whom."""
+        b, t, _ = x.shape
+        h = self.input_layernorm(x)
+        q = apply_rope(self.q_proj(h).view(b, t, -1, self.c.head_dim).transpose(1, 2), cos, sin)
+        k = apply_rope(self.k_proj(h).view(b, t, -1, self.c.head_dim).transpose(1, 2), cos, sin)
+        self.k_cache[:, :, start:start + t] = k
+        self.v_cache[:, :, start:start + t] = self.v_proj(h).view(b, t, -1, self.c.head_dim).transpose(1, 2)
+        attn = F.scaled_dot_product_attention(
+            q, self.k_cache[:, :, : start + t], self.v_cache[:, :, : start + t], attn_mask=key_mask, enable_gqa=True
+        )
+        x = x + self.o_proj(attn.transpose(1, 2).reshape(b, t, -1))
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, c: DecoderConfig):
+        super().__init__()
+        self.c = c
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.num_layers))
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        # fp32 tables kept outside the module's buffers so .to(dtype) never rounds them; load_model moves them.
+        self.cos, self.sin = rope_tables(c.max_positions, c.rotary_dim, c.rope_theta)
+
+    def reset_cache(self, batch: int, max_len: int):
+        c, p = self.c, self.embed_tokens.weight
+        for layer in self.layers:
+            shape = (batch, c.num_kv_heads, max_len, c.head_dim)
+            layer.k_cache = torch.zeros(shape, dtype=p.dtype, device=p.device)
+            layer.v_cache = torch.zeros(shape, dtype=p.dtype, device=p.device)
+
+    def forward(self, x, start: int, pad: torch.Tensor):
+        """Run T new positions (cache slots start..start+T−1) of left-padded rows; returns hidden states."""
+        t = x.shape[1]
+        slots = torch.arange(start, start + t, device=x.device)
+        positions = (slots[None, :] - pad[:, None]).clamp(min=0)  # real tokens count from 0
+        cos, sin = self.cos[positions][:, None].to(x.dtype), self.sin[positions][:, None].to(x.dtype)
+        keys = torch.arange(start + t, device=x.device)
+        visible = (keys[None, None, :] <= slots[None, :, None]) & (keys[None, None, :] >= pad[:, None, None])
+        visible |= keys[None, None, :] == slots[None, :, None]  # a pad row sees itself: no empty softmax
+        for layer in self.layers:
+            x = layer(x, cos, sin, start, visible[:, None])
+        return self.norm(x)
+
+
+class GlmAsr(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = AudioEncoder(cfg.encoder)
+        self.projector = Projector(cfg)
+        self.decoder = TextDecoder(cfg.decoder)
+
+    @property
+    def device(self):
+        return self.decoder.embed_tokens.weight.device
+
+    def encode_audio(self, features: torch.Tensor) -> torch.Tensor:
+        return self.encoder(features.to(self.device, self.decoder.embed_tokens.weight.dtype))
+
+    def project_audio(self, encoded: torch.Tensor) -> torch.Tensor:
+        windows, frames, _ = encoded.shape
+        merged = encoded.reshape(windows, frames // self.cfg.merge_factor, self.cfg.encoder.intermediate_size)
+        return self.projector(merged)
+
+    def embed_prompt(self, inputs: ASRInputs) -> torch.Tensor:
+        """Token embeddings with every audio placeholder replaced by its projected audio row."""
+        audio = self.project_audio(self.encode_audio(torch.from_numpy(inputs.input_features)))
+        audio = audio.reshape(-1, audio.shape[-1])
+        ids = torch.from_numpy(inputs.input_ids).to(self.device)
+        index = torch.from_numpy(inputs.audio_index).to(self.device)
+        x = self.decoder.embed_tokens(ids)
+        x[index >= 0] = audio[index[index >= 0]]
+        return x
+
+    def prefill_logits(self, inputs: ASRInputs) -> torch.Tensor:
+        """Logits at every prompt position (B, T, vocab): what the parity tests compare."""
+        x = self.embed_prompt(inputs)
+        self.decoder.reset_cache(x.shape[0], x.shape[1])
+        pad = torch.from_numpy(inputs.pad_lengths).to(self.device)
+        return self.decoder.lm_head(self.decoder(x, 0, pad))
+
+    def _next_ids(self, hidden, ban_eos: bool):
+        logits = self.decoder.lm_head(hidden).float()
+        if ban_eos:
+            logits[:, list(self.cfg.eos_token_ids)] = float("-inf")
+        return logits.argmax(-1)
+
+    @torch.inference_mode()
+    def generate(self, inputs: ASRInputs, max_new_tokens: int, min_new_tokens: int = 0) -> list[list[int]]:
+        stop = GreedyStopper(inputs.batch_size, self.cfg.eos_token_ids, max_new_tokens, min_new_tokens)
+        x = self.embed_prompt(inputs)
+        batch, prompt_len = x.shape[:2]
+        self.decoder.reset_cache(batch, prompt_len + max_new_tokens)
+        pad = torch.from_numpy(inputs.pad_lengths).to(self.device)
+        next_ids = self._next_ids(self.decoder(x, 0, pad)[:, -1], stop.ban_eos())
+        while not stop.add(next_ids.tolist()):
+            x = self.decoder.embed_tokens(next_ids)[:, None]
+            hidden = self.decoder(x, prompt_len + stop.steps_taken - 1, pad)
+            next_ids = self._next_ids(hidden[:, -1], stop.ban_eos())
+        return stop.tokens
+
+
+def load_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], device: str, dtype: torch.dtype) -> GlmAsr:
+    from .weight_loader import state_dict_for
+
+    with torch.device("meta"):
+        model = GlmAsr(cfg)
+    model.load_state_dict(state_dict_for(weights), assign=True, strict=True)
+    model = model.to(device=device, dtype=dtype)
+    for module in (model.encoder, model.decoder):
+        module.cos, module.sin = module.cos.to(device), module.sin.to(device)
+    return model.eval()
