@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Transcribe one audio file with a track folder, time it, and check the transcription.
+
+    python benchmark_student.py glm_asr_triton_example [--dtype bfloat16] [--runs 3] [--json out.json]
+
+Timing covers one whole transcription (encoder, projector, prefill, every decode step), GPU-synchronised,
+after --warmup untimed runs; model load and feature extraction are reported on their own lines.
+Exit codes: 0 PASS or not checked, 1 transcription mismatch, 2 bad input.
+"""
+
+import statistics
+import sys
+import time
+
+import torch
+
+from glm_asr_common.cli import ArgumentParser, add_common_args, expected_text, open_session, write_json
+from glm_asr_common.errors import UserError, run_cli
+from glm_asr_common.frontend import decode
+from glm_asr_common.runtime import track_folders
+from glm_asr_common.scoring import accuracy, word_error_rate
+
+
+def time_transcription(session, args) -> tuple[float, list[int]]:
+    sync = torch.cuda.synchronize if session.device == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    tokens = session.model.generate(session.inputs, args.max_new_tokens, args.min_new_tokens)[0]
+    sync()
+    return (time.perf_counter() - start) * 1000, tokens
+
+
+def main(argv) -> int:
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], prog="benchmark_student.py")
+    parser.add_argument("folder", nargs="?", help="track folder, e.g. glm_asr_triton_example")
+    add_common_args(parser, runs_default=3)
+    parser.add_argument("--profile", action="store_true", help="print a per-component time summary")
+    args = parser.parse_args(argv)
+    if args.folder is None:
+        print("Available folders:\n  " + "\n  ".join(track_folders()))
+        return 2
+    session = open_session(args, args.folder)
+    expected = None if args.random_weights else expected_text(args)
+
+    for i in range(args.warmup):
+        ms, _ = time_transcription(session, args)
+        print(f"  Warmup {i + 1}: {ms:.1f}ms")
+    runs, tokens = [], []
+    for i in range(args.runs):
+        ms, tokens = time_transcription(session, args)
+        runs.append(ms)
+        print(f"  Run {i + 1}: {ms:.1f}ms ({len(tokens)} tokens)")
+
+    mean = statistics.fmean(runs)
+    std = statistics.stdev(runs) if len(runs) > 1 else 0.0
+    text = decode(session.checkpoint.processor, tokens)
+    wer = None if expected is None else word_error_rate(text, expected)
+    if args.random_weights:
+        status, code = "NOT CHECKED (random weights)", 0
+    elif expected is None:
+        status, code = "NOT CHECKED (no expected transcription given)", 0
+    elif wer == 0.0:
+        status, code = "PASS", 0
+    else:
+        status, code = "FAIL - Transcription does not match expected", 1
+
+    print("=" * 60)
+    print("RESULTS")
+    print("=" * 60)
+    print(f"Time: {mean:.1f}ms (+/- {std:.1f}ms)")
+    print(f"Tokens: {len(tokens)}")
+    print(f"Speed: {mean / max(len(tokens), 1):.2f}ms/token")
+    print(f"Transcription: {text}")
+    if expected is not None:
+        print(f"Expected: {expected}")
+        print(f"Accuracy: {accuracy(wer) * 100:.1f}%")
+    print(f"Status: {status}")
+    if args.profile:
+        from glm_asr_common.profiling import print_component_summary
+
+        print_component_summary(session, args)
+
+    if args.json:
+        write_json(args.json, {
+            "folder": args.folder.rstrip("/"), "model": session.checkpoint.description, "dtype": args.dtype,
+            "device": session.device, "audio_seconds": round(session.audio_seconds, 3), "runs_ms": runs,
+            "mean_ms": mean, "std_ms": std, "tokens": len(tokens), "ms_per_token": mean / max(len(tokens), 1),
+            "token_ids": tokens, "transcription": text, "expected": expected, "wer": wer,
+            "accuracy": None if wer is None else accuracy(wer), "status": status,
+        })
+    return code
+
+
+if __name__ == "__main__":
+    run_cli(main)

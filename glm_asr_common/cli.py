@@ -1,0 +1,146 @@
+"""Command-line plumbing shared by benchmark_student.py, benchmark_detailed.py and demo.py."""
+
+import argparse
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .audio import SAMPLE_RATE, load_audio
+from .checkpoint import DEFAULT_MODEL, DTYPES
+from .errors import UserError
+from .frontend import ASRInputs, prepare_inputs
+from .runtime import REPO_ROOT, Checkpoint, import_track, open_checkpoint, track_folders
+
+DEFAULT_AUDIO = REPO_ROOT / "test_audio.wav"
+DEFAULT_EXPECTED = REPO_ROOT / "test_audio.txt"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors become one-line UserErrors (exit 2, no usage dump)."""
+
+    def error(self, message):
+        raise UserError(f"{message} (see --help)")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text) if text.lstrip("-").isdigit() else None
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be an integer ≥ 0")
+    return value
+
+
+def add_common_args(parser: argparse.ArgumentParser, runs_default: int):
+    parser.add_argument("--audio", default=str(DEFAULT_AUDIO), help="audio file (wav/flac/ogg, any rate/channels)")
+    parser.add_argument("--expected", help="expected transcription (default: test_audio.txt for the default audio)")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id or local checkpoint directory")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="full-size seeded random weights, no download (timing only)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default=None,
+                        help="default: cuda when available, else cpu")
+    parser.add_argument("--warmup", type=non_negative_int, default=1)
+    parser.add_argument("--runs", type=positive_int, default=runs_default)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=100)
+    parser.add_argument("--min-new-tokens", type=non_negative_int, default=0,
+                        help="ban eos until this many tokens exist (exact-length timing runs)")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def resolve_device(requested: str | None) -> str:
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA GPU is visible to PyTorch")
+    return requested or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def expected_text(args) -> str | None:
+    if args.expected is not None:
+        return args.expected
+    if Path(args.audio).resolve() != DEFAULT_AUDIO.resolve() or not DEFAULT_EXPECTED.is_file():
+        return None
+    lines = [line.strip() for line in DEFAULT_EXPECTED.read_text().splitlines()]
+    if "Expected transcription:" in lines:
+        lines = lines[lines.index("Expected transcription:") + 1:]
+    return next((line for line in lines if line), None)
+
+
+def check_json_path(path: str | None):
+    if path and not Path(path).resolve().parent.is_dir():
+        raise UserError(f"--json {path}: directory {Path(path).parent} does not exist")
+
+
+def write_json(path: str, data: dict):
+    """Write atomically: a reader never sees half a file, a failure leaves no file."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write --json {path}: {e.strerror}") from None
+
+
+@dataclass
+class Session:
+    """A loaded track model, its checkpoint and one prepared input batch."""
+
+    folder: str
+    device: str
+    dtype: torch.dtype
+    checkpoint: Checkpoint
+    inputs: ASRInputs
+    audio_seconds: float
+    model: object
+    load_seconds: float
+    features_ms: float
+
+
+def open_session(args, folder: str, log=print) -> Session:
+    """Validate arguments, load audio, checkpoint, features and the folder's model, in that order."""
+    if folder.rstrip("/").split("/")[-1] not in track_folders():
+        raise UserError(f"unknown folder {folder!r}; choose one of: {', '.join(track_folders())}")
+    if args.min_new_tokens > args.max_new_tokens:
+        raise UserError(f"--min-new-tokens {args.min_new_tokens} exceeds --max-new-tokens {args.max_new_tokens}")
+    check_json_path(args.json)
+    device = resolve_device(args.device)
+    if device == "cpu":
+        # No GPU: Triton kernels run in the interpreter; must be set before the track imports triton.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    dtype = DTYPES[args.dtype]
+
+    audio = load_audio(args.audio)
+    log(f"Loaded audio from {args.audio}")
+    log(f"Audio duration: {len(audio) / SAMPLE_RATE:.2f}s")
+
+    start = time.perf_counter()
+    checkpoint = open_checkpoint(args.model, dtype, random_weights=args.random_weights,
+                                 device=device if args.random_weights else "cpu")
+    track = import_track(folder)
+    model = track.load_model(checkpoint.config, checkpoint.weights, device, dtype)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    load_seconds = time.perf_counter() - start
+    log(f"Model: {checkpoint.description} ({args.dtype}, {device}); load {load_seconds:.1f}s")
+
+    start = time.perf_counter()
+    inputs = prepare_inputs([audio], checkpoint.config, checkpoint.processor)
+    features_ms = (time.perf_counter() - start) * 1000
+    log(f"Feature extraction: {features_ms:.1f}ms ({inputs.input_features.shape[0]} window(s), "
+        f"prompt {inputs.input_ids.shape[1]} tokens)")
+    return Session(folder, device, dtype, checkpoint, inputs, len(audio) / SAMPLE_RATE, model,
+                   load_seconds, features_ms)

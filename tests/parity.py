@@ -1,0 +1,66 @@
+"""Helpers that run transformers' GlmAsr and a track on the same checkpoint and inputs."""
+
+import numpy as np
+import torch
+
+from glm_asr_common.frontend import ASRInputs, prepare_inputs
+from glm_asr_common.runtime import import_track, open_checkpoint
+
+_HF_CACHE = {}
+
+
+def hf_model(model_dir, dtype=torch.float32):
+    from transformers import GlmAsrForConditionalGeneration
+
+    key = (str(model_dir), dtype)
+    if key not in _HF_CACHE:
+        _HF_CACHE[key] = GlmAsrForConditionalGeneration.from_pretrained(str(model_dir), dtype=dtype).eval()
+    return _HF_CACHE[key]
+
+
+def track_model(folder, model_dir, dtype=torch.float32):
+    ckpt = open_checkpoint(str(model_dir), dtype)
+    return import_track(folder).load_model(ckpt.config, ckpt.weights, "cpu", dtype), ckpt
+
+
+def inputs_for(ckpt, audios) -> ASRInputs:
+    return prepare_inputs(list(audios), ckpt.config, ckpt.processor)
+
+
+def hf_kwargs(inputs: ASRInputs, dtype=torch.float32) -> dict:
+    return dict(
+        input_ids=torch.from_numpy(inputs.input_ids),
+        attention_mask=torch.from_numpy(inputs.attention_mask),
+        input_features=torch.from_numpy(inputs.input_features).to(dtype),
+        input_features_mask=torch.from_numpy(inputs.input_features_mask),
+    )
+
+
+def trim_at_eos(ids, eos) -> list[int]:
+    out = []
+    for token in ids:
+        out.append(int(token))
+        if int(token) in eos:
+            break
+    return out
+
+
+@torch.no_grad()
+def hf_generate(model, inputs: ASRInputs, max_new_tokens, min_new_tokens, eos, dtype=torch.float32):
+    out = model.generate(**hf_kwargs(inputs, dtype), do_sample=False, max_new_tokens=max_new_tokens,
+                         min_new_tokens=min_new_tokens)
+    prompt_len = inputs.input_ids.shape[1]
+    return [trim_at_eos(row[prompt_len:].tolist(), set(eos)) for row in out]
+
+
+def rel_err(ours, ref) -> float:
+    ours, ref = torch.as_tensor(ours).double().cpu(), torch.as_tensor(ref).double().cpu()
+    assert ours.shape == ref.shape, (ours.shape, ref.shape)
+    assert torch.isfinite(ours).all()
+    return float((ours - ref).norm() / ref.norm())
+
+
+def valid_audio_rows(inputs: ASRInputs, projected: torch.Tensor) -> torch.Tensor:
+    """The projector rows that replace placeholders (padding windows' tail rows are never used)."""
+    rows = np.sort(inputs.audio_index[inputs.audio_index >= 0])
+    return projected.reshape(-1, projected.shape[-1])[torch.from_numpy(rows)]

@@ -1,0 +1,231 @@
+"""benchmark_student.py / benchmark.sh: the output format, the JSON, and one clear line for each bad input."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import benchmark_student
+from glm_asr_common.errors import run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_main(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(benchmark_student.main, argv)
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def assert_usage_error(argv, capsys, *fragments):
+    code, out, err = run_main(argv, capsys)
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in out + err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_full_run_prints_course_format_and_writes_json(tiny_ckpt, tmp_path, capsys):
+    out_json = tmp_path / "out.json"
+    code, out, err = run_main(["glm_asr_scratch", "--model", str(tiny_ckpt), "--device", "cpu",
+                               "--max-new-tokens", "6", "--runs", "2", "--json", str(out_json)], capsys)
+    assert code == 1  # random tiny weights cannot transcribe: an honest FAIL, exit 1
+    for line in ["Loaded audio from", "Audio duration: 3.50s", "  Run 1: ", "  Run 2: ", "RESULTS", "Time: ",
+                 "Tokens: 6", "Speed: ", "Transcription: ", "Accuracy: ",
+                 "Status: FAIL - Transcription does not match expected"]:
+        assert line in out, line
+    data = json.loads(out_json.read_text())
+    assert set(data) >= {"folder", "model", "dtype", "device", "audio_seconds", "runs_ms", "mean_ms", "std_ms",
+                         "tokens", "ms_per_token", "token_ids", "transcription", "expected", "wer", "accuracy",
+                         "status"}
+    assert data["tokens"] == len(data["token_ids"]) == 6 and len(data["runs_ms"]) == 2
+    assert data["mean_ms"] == pytest.approx(float(np.mean(data["runs_ms"])))
+    assert data["expected"] == "CONCORD RETURNED TO ITS PLACE AMIDST THE TENTS"
+    assert data["wer"] > 0 and data["accuracy"] == pytest.approx(max(0.0, 1 - data["wer"]))
+
+
+def test_expected_text_match_passes(tiny_ckpt, tmp_path, capsys):
+    """Feed back the model's own transcription as --expected: the PASS path, exit 0."""
+    first = tmp_path / "first.json"
+    run_main(["glm_asr_scratch", "--model", str(tiny_ckpt), "--device", "cpu", "--max-new-tokens", "6",
+              "--runs", "1", "--warmup", "0", "--json", str(first)], capsys)
+    text = json.loads(first.read_text())["transcription"]
+    assert text.strip()
+    code, out, _ = run_main(["glm_asr_scratch", "--model", str(tiny_ckpt), "--device", "cpu",
+                             "--max-new-tokens", "6", "--runs", "1", "--expected", text], capsys)
+    assert code == 0 and "Accuracy: 100.0%" in out and "Status: PASS" in out
+
+
+def test_random_weights_are_not_checked(tiny_ckpt, capsys):
+    code, out, _ = run_main(["glm_asr_scratch", "--model", str(tiny_ckpt), "--random-weights", "--device", "cpu",
+                             "--min-new-tokens", "5", "--max-new-tokens", "5", "--runs", "1"], capsys)
+    assert code == 0 and "Tokens: 5" in out and "Status: NOT CHECKED" in out
+
+
+def write_wav(path, samples, rate=16000):
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.asarray(samples) * 3000).astype(np.int16).tobytes())
+    return path
+
+
+@pytest.fixture
+def broken_ckpt(tiny_ckpt, tmp_path):
+    """Return a function that copies the tiny checkpoint and edits its tensors."""
+    def make(edit):
+        target = tmp_path / "broken"
+        shutil.copytree(tiny_ckpt, target)
+        tensors = load_file(str(target / "model.safetensors"))
+        edit(tensors)
+        save_file(tensors, str(target / "model.safetensors"))
+        return target
+    return make
+
+
+def first_key(tensors, fragment):
+    return next(k for k in tensors if fragment in k)
+
+
+def test_unknown_folder(capsys):
+    assert_usage_error(["glm_asr_nonexistent", "--device", "cpu"], capsys, "unknown folder", "glm_asr_scratch")
+
+
+def test_missing_audio(tiny_ckpt, capsys):
+    assert_usage_error(["glm_asr_scratch", "--model", str(tiny_ckpt), "--audio", "/no/such.wav"], capsys,
+                       "audio file not found")
+
+
+def test_non_audio_file(tiny_ckpt, tmp_path, capsys):
+    bogus = tmp_path / "notes.wav"
+    bogus.write_text("this is not audio")
+    assert_usage_error(["glm_asr_scratch", "--model", str(tiny_ckpt), "--audio", str(bogus)], capsys,
+                       "cannot read audio")
+
+
+def test_empty_audio(tiny_ckpt, tmp_path, capsys):
+    path = write_wav(tmp_path / "empty.wav", np.zeros(0))
+    assert_usage_error(["glm_asr_scratch", "--model", str(tiny_ckpt), "--audio", str(path)], capsys,
+                       "no samples")
+
+
+def test_too_short_audio(tiny_ckpt, tmp_path, capsys):
+    path = write_wav(tmp_path / "blip.wav", np.random.default_rng(0).standard_normal(160))
+    assert_usage_error(["glm_asr_scratch", "--model", str(tiny_ckpt), "--audio", str(path)], capsys,
+                       "too short")
+
+
+def test_model_path_that_does_not_exist(capsys):
+    assert_usage_error(["glm_asr_scratch", "--model", "./no/such/dir"], capsys, "not a directory")
+
+
+def test_model_dir_without_config(tmp_path, capsys):
+    assert_usage_error(["glm_asr_scratch", "--model", str(tmp_path)], capsys, "no config.json")
+
+
+def test_hub_id_offline_and_not_cached(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    import huggingface_hub.constants as hub_constants
+
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    assert_usage_error(["glm_asr_scratch", "--model", "zai-org/GLM-ASR-Nano-2512"], capsys,
+                       "zai-org/GLM-ASR-Nano-2512", "--model DIR")
+
+
+def test_missing_tensor(broken_ckpt, capsys):
+    def drop(t):
+        del t[first_key(t, "layers.1.mlp.fc2.weight")]
+    path = broken_ckpt(drop)
+    assert_usage_error(["glm_asr_scratch", "--model", str(path)], capsys,
+                       "encoder.layers.1.mlp.fc2.weight", "(64, 256)")
+
+
+def test_mis_shaped_tensor(broken_ckpt, capsys):
+    def reshape(t):
+        key = first_key(t, "multi_modal_projector.linear_1.weight")
+        t[key] = t[key][:, :100].contiguous()
+    path = broken_ckpt(reshape)
+    assert_usage_error(["glm_asr_scratch", "--model", str(path)], capsys,
+                       "multi_modal_projector.linear_1.weight", "(128, 100)", "(128, 256)")
+
+
+def test_unexpected_tensor(broken_ckpt, capsys):
+    def add(t):
+        t["audio_tower.extra.weight"] = torch.zeros(3)
+    path = broken_ckpt(add)
+    assert_usage_error(["glm_asr_scratch", "--model", str(path)], capsys, "unexpected tensor",
+                       "audio_tower.extra.weight")
+
+
+def test_pickle_checkpoints_are_refused(tiny_ckpt, tmp_path, capsys):
+    target = tmp_path / "pickled"
+    shutil.copytree(tiny_ckpt, target)
+    (target / "model.safetensors").unlink()
+    (target / "pytorch_model.bin").write_bytes(b"not loaded")
+    assert_usage_error(["glm_asr_scratch", "--model", str(target)], capsys, "only safetensors")
+
+
+def test_corrupt_safetensors(tiny_ckpt, tmp_path, capsys):
+    target = tmp_path / "corrupt"
+    shutil.copytree(tiny_ckpt, target)
+    (target / "model.safetensors").write_bytes(b"\x00" * 64)
+    assert_usage_error(["glm_asr_scratch", "--model", str(target)], capsys, "model.safetensors")
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--runs", "0"], "--runs"),
+    (["--max-new-tokens", "0"], "--max-new-tokens"),
+    (["--min-new-tokens", "9", "--max-new-tokens", "4"], "--min-new-tokens 9 exceeds"),
+    (["--dtype", "float16"], "--dtype"),
+    (["--warmup", "-1"], "--warmup"),
+])
+def test_bad_option_values(tiny_ckpt, argv, fragment, capsys):
+    assert_usage_error(["glm_asr_scratch", "--model", str(tiny_ckpt), *argv], capsys, fragment)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_cuda_requested_without_gpu(tiny_ckpt, capsys):
+    assert_usage_error(["glm_asr_scratch", "--model", str(tiny_ckpt), "--device", "cuda"], capsys, "no CUDA GPU")
+
+
+def test_json_into_missing_directory_writes_nothing(tiny_ckpt, tmp_path, capsys):
+    target = tmp_path / "missing" / "out.json"
+    assert_usage_error(["glm_asr_scratch", "--model", str(tiny_ckpt), "--json", str(target)], capsys,
+                       "does not exist")
+    assert not target.parent.exists()
+
+
+def test_debug_shows_the_traceback(capsys):
+    code, _, err = run_main(["glm_asr_scratch", "--audio", "/no/such.wav", "--debug"], capsys)
+    assert code == 2 and "Traceback" in err
+
+
+def run_shell(*args):
+    env = dict(os.environ, PYTHON=sys.executable)
+    return subprocess.run(["bash", str(REPO / "benchmark.sh"), *args], capture_output=True, text=True, env=env,
+                          cwd=REPO)
+
+
+def test_shell_wrapper_lists_folders():
+    result = run_shell()
+    assert result.returncode == 2 and "glm_asr_scratch" in result.stdout
+
+
+def test_shell_wrapper_rejects_unknown_folder():
+    result = run_shell("glm_asr_nope")
+    assert result.returncode == 2
+    assert "unknown folder" in result.stderr and "glm_asr_scratch" in result.stderr

@@ -1,0 +1,29 @@
+# Set up (once) and activate the Triton track's environment:   source utils/setup-triton.sh
+# Creates .venv at the repository root with pinned packages from the package index only. Re-sourcing is
+# quick: packages are reinstalled only when requirements.txt changes. GLM_ASR_VENV=DIR picks another place.
+_glm_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+_glm_venv="${GLM_ASR_VENV:-$_glm_root/.venv}"
+_glm_setup() {
+    set -e
+    python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python >= 3.10 is required")'
+    [ -x "$_glm_venv/bin/python" ] || python3 -m venv "$_glm_venv"
+    local stamp="$_glm_venv/.glm_asr_requirements"
+    if ! cmp -s "$_glm_root/requirements.txt" "$stamp"; then
+        echo "Installing packages into $_glm_venv (first time: a few minutes)..."
+        "$_glm_venv/bin/python" -m pip install -q --upgrade pip
+        # torch first: the CPU build where no GPU driver exists, the default (CUDA) build elsewhere.
+        "$_glm_venv/bin/python" -m pip install -q "torch==2.13.0"
+        "$_glm_venv/bin/python" -m pip install -q -r "$_glm_root/requirements.txt"
+        # CUDA builds of torch bring their matching triton; the CPU build has none, and the
+        # interpreter (TRITON_INTERPRET=1) still needs the package.
+        "$_glm_venv/bin/python" -c 'import triton' 2>/dev/null || "$_glm_venv/bin/python" -m pip install -q "triton==3.6.0"
+        cp "$_glm_root/requirements.txt" "$stamp"
+    fi
+}
+if ( _glm_setup ); then
+    source "$_glm_venv/bin/activate"
+    echo "Triton environment ready: $(python -c 'import torch, triton; print(f"torch {torch.__version__}, triton {triton.__version__}, CUDA available: {torch.cuda.is_available()}")')"
+else
+    echo "error: environment setup failed (see above)" >&2
+fi
+unset -f _glm_setup
