@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Full-size parity on a GPU: tracks vs transformers' GlmAsr on identical random weights.
+
+    python utils/gpu_parity.py [--tracks glm_asr_scratch,glm_asr_triton_example] [--dtypes float32,bfloat16]
+
+For each dtype: one set of seeded full-size random weights (the real model's sizes from transformers'
+GlmAsrConfig) is handed to transformers (sdpa attention) and to each track. Prints the relative error
+of the prefill logits (‖Δ‖/‖ref‖ and max|Δ|/max|ref|), how many of 30 greedy tokens agree before the
+first difference, and transformers' own time for one transcription (13 tokens) as the speed anchor.
+Writes one JSON line per (track, dtype) to --json.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from glm_asr_common.audio import load_audio  # noqa: E402
+from glm_asr_common.checkpoint import DTYPES, default_config_dict, random_weights, transformers_name  # noqa: E402
+from glm_asr_common.config import ModelConfig  # noqa: E402
+from glm_asr_common.frontend import prepare_inputs  # noqa: E402
+from glm_asr_common.runtime import REPO_ROOT, import_track  # noqa: E402
+
+
+def transformers_model(raw_config: dict, weights: dict, dtype, device):
+    from transformers import GlmAsrConfig, GlmAsrForConditionalGeneration
+
+    config = GlmAsrConfig(**raw_config)
+    config._attn_implementation = "sdpa"
+    with torch.device(device):  # rotary buffers need real memory; the random init is then replaced
+        model = GlmAsrForConditionalGeneration(config).to(dtype)
+    state = {transformers_name(k): v for k, v in weights.items()}
+    model.load_state_dict(state, assign=True, strict=True)
+    model.tie_weights()
+    return model.to(device, dtype).eval()
+
+
+def hf_inputs(inputs, dtype, device):
+    return dict(
+        input_ids=torch.from_numpy(inputs.input_ids).to(device),
+        attention_mask=torch.from_numpy(inputs.attention_mask).to(device),
+        input_features=torch.from_numpy(inputs.input_features).to(device, dtype),
+        input_features_mask=torch.from_numpy(inputs.input_features_mask).to(device),
+    )
+
+
+def agreeing_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed(fn, warmup=1, runs=3) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+@torch.no_grad()
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tracks", default="glm_asr_scratch,glm_asr_triton_example")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--tokens", type=int, default=30)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--config", metavar="DIR", help="take sizes from DIR/config.json (smoke tests)")
+    args = parser.parse_args()
+
+    raw = json.loads((Path(args.config) / "config.json").read_text()) if args.config else default_config_dict()
+    cfg = ModelConfig.from_dict(raw)
+    inputs = prepare_inputs([load_audio(REPO_ROOT / "test_audio.wav")], cfg, None)
+    rows = []
+    for dtype_name in args.dtypes.split(","):
+        dtype = DTYPES[dtype_name]
+        weights = random_weights(cfg, dtype, seed=0, device=args.device)
+        hf = transformers_model(raw, weights, dtype, args.device)
+        feed = hf_inputs(inputs, dtype, args.device)
+        ref_logits = hf(**feed).logits.float()
+        ref_ids = hf.generate(**feed, do_sample=False, max_new_tokens=args.tokens, min_new_tokens=args.tokens)
+        ref_ids = ref_ids[0, inputs.input_ids.shape[1]:].tolist()
+        hf_ms = timed(lambda: hf.generate(**feed, do_sample=False, max_new_tokens=13, min_new_tokens=13))
+        print(f"[{dtype_name}] transformers sdpa: {statistics.median(hf_ms):.1f} ms per transcription (13 tokens)")
+        for track in args.tracks.split(","):
+            model = import_track(track).load_model(cfg, weights, args.device, dtype)
+            logits = model.prefill_logits(inputs).float()
+            diff = (logits - ref_logits).abs()
+            row = {
+                "track": track, "dtype": dtype_name, "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+                "rel_err_norm": float((logits - ref_logits).norm() / ref_logits.norm()),
+                "rel_err_max": float(diff.max() / ref_logits.abs().max()),
+                "tokens_agree": agreeing_prefix(model.generate(inputs, args.tokens, args.tokens)[0], ref_ids),
+                "tokens": args.tokens, "hf_ms_median": statistics.median(hf_ms),
+            }
+            rows.append(row)
+            print(f"[{dtype_name}] {track}: logits rel err {row['rel_err_norm']:.2e} (norm), "
+                  f"{row['rel_err_max']:.2e} (max); greedy agrees for {row['tokens_agree']}/{args.tokens} tokens")
+            del model
+        del hf, weights
+    if args.json:
+        Path(args.json).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
