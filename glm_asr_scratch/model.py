@@ -16,6 +16,7 @@ from torch import nn
 from glm_asr_common.config import DecoderConfig, EncoderConfig, ModelConfig
 from glm_asr_common.frontend import ASRInputs
 from glm_asr_common.generation import GreedyStopper
+from glm_asr_common.profiling import region
 
 
 def rope_tables(positions: int, rotary_dim: int, theta: float, device="cpu"):
@@ -71,11 +72,14 @@ class AudioEncoder(nn.Module):
         self.cos, self.sin = rope_tables(c.max_positions, c.rotary_dim, c.rope_theta)
 
     def forward(self, features):  # (windows, mels, frames) → (windows, frames/2, hidden)
-        x = F.gelu(self.conv2(F.gelu(self.conv1(features)))).transpose(1, 2)
+        with region("encoder.conv"):
+            x = F.gelu(self.conv2(F.gelu(self.conv1(features)))).transpose(1, 2)
         cos, sin = self.cos[: x.shape[1]].to(x.dtype), self.sin[: x.shape[1]].to(x.dtype)
         for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.norm(x)
+            with region("encoder.layer"):
+                x = layer(x, cos, sin)
+        with region("encoder.norm"):
+            return self.norm(x)
 
 
 class Projector(nn.Module):
@@ -85,7 +89,8 @@ class Projector(nn.Module):
         self.linear_2 = nn.Linear(cfg.projector_hidden_size, cfg.decoder.hidden_size)
 
     def forward(self, x):
-        return self.linear_2(F.gelu(self.linear_1(x)))
+        with region("projector"):
+            return self.linear_2(F.gelu(self.linear_1(x)))
 
 
 class RMSNorm(nn.Module):
@@ -159,8 +164,10 @@ class TextDecoder(nn.Module):
         visible = (keys[None, None, :] <= slots[None, :, None]) & (keys[None, None, :] >= pad[:, None, None])
         visible |= keys[None, None, :] == slots[None, :, None]  # a pad row sees itself: no empty softmax
         for layer in self.layers:
-            x = layer(x, cos, sin, start, visible[:, None])
-        return self.norm(x)
+            with region("decoder.layer"):
+                x = layer(x, cos, sin, start, visible[:, None])
+        with region("decoder.head"):
+            return self.norm(x)
 
 
 class GlmAsr(nn.Module):
@@ -175,6 +182,7 @@ class GlmAsr(nn.Module):
     def device(self):
         return self.decoder.embed_tokens.weight.device
 
+    @region("encoder")
     def encode_audio(self, features: torch.Tensor) -> torch.Tensor:
         return self.encoder(features.to(self.device, self.decoder.embed_tokens.weight.dtype))
 
@@ -189,8 +197,9 @@ class GlmAsr(nn.Module):
         audio = audio.reshape(-1, audio.shape[-1])
         ids = torch.from_numpy(inputs.input_ids).to(self.device)
         index = torch.from_numpy(inputs.audio_index).to(self.device)
-        x = self.decoder.embed_tokens(ids)
-        x[index >= 0] = audio[index[index >= 0]]
+        with region("decoder.embed"):
+            x = self.decoder.embed_tokens(ids)
+            x[index >= 0] = audio[index[index >= 0]]
         return x
 
     def prefill_logits(self, inputs: ASRInputs) -> torch.Tensor:
@@ -201,10 +210,11 @@ class GlmAsr(nn.Module):
         return self.decoder.lm_head(self.decoder(x, 0, pad))
 
     def _next_ids(self, hidden, ban_eos: bool):
-        logits = self.decoder.lm_head(hidden).float()
-        if ban_eos:
-            logits[:, list(self.cfg.eos_token_ids)] = float("-inf")
-        return logits.argmax(-1)
+        with region("decoder.head"):
+            logits = self.decoder.lm_head(hidden).float()
+            if ban_eos:
+                logits[:, list(self.cfg.eos_token_ids)] = float("-inf")
+            return logits.argmax(-1)
 
     @torch.inference_mode()
     def generate(self, inputs: ASRInputs, max_new_tokens: int, min_new_tokens: int = 0) -> list[list[int]]:
@@ -213,11 +223,14 @@ class GlmAsr(nn.Module):
         batch, prompt_len = x.shape[:2]
         self.decoder.reset_cache(batch, prompt_len + max_new_tokens)
         pad = torch.from_numpy(inputs.pad_lengths).to(self.device)
-        next_ids = self._next_ids(self.decoder(x, 0, pad)[:, -1], stop.ban_eos())
+        with region("decoder.prefill"):
+            next_ids = self._next_ids(self.decoder(x, 0, pad)[:, -1], stop.ban_eos())
         while not stop.add(next_ids.tolist()):
-            x = self.decoder.embed_tokens(next_ids)[:, None]
-            hidden = self.decoder(x, prompt_len + stop.steps_taken - 1, pad)
-            next_ids = self._next_ids(hidden[:, -1], stop.ban_eos())
+            with region("decoder.step"):
+                with region("decoder.embed"):
+                    x = self.decoder.embed_tokens(next_ids)[:, None]
+                hidden = self.decoder(x, prompt_len + stop.steps_taken - 1, pad)
+                next_ids = self._next_ids(hidden[:, -1], stop.ban_eos())
         return stop.tokens
 
 

@@ -23,6 +23,7 @@ import torch
 from glm_asr_common.config import ModelConfig
 from glm_asr_common.frontend import ASRInputs
 from glm_asr_common.generation import GreedyStopper
+from glm_asr_common.profiling import region
 
 from .attention import decode_attention, flash_attention
 from .conv import conv1d_gelu
@@ -66,36 +67,46 @@ class TritonGlmAsr:
         self.eos_ids = torch.tensor(cfg.eos_token_ids, dtype=torch.int64, device=self.device)
         self.no_audio_rows = torch.empty((0, d.hidden_size), dtype=dtype, device=self.device)
         self.state: DecodeState | None = None
+        self.use_cuda_graph = True  # profilers switch it off to see per-layer kernels of a decode step
 
     # ---- audio encoder ------------------------------------------------------------------------
+    @region("encoder")
     def encode_audio(self, features: torch.Tensor) -> torch.Tensor:
         """(windows, mels, frames) log-mel → (windows, frames/2, hidden) after the final LayerNorm."""
-        e, w = self.cfg.encoder, self.w
+        w = self.w
         features = features.to(self.device, self.dtype)
-        h = conv1d_gelu(features, w.conv1_weight, w.conv1_bias, stride=1)
-        x = conv1d_gelu(h.transpose(1, 2), w.conv2_weight, w.conv2_bias, stride=2)
+        with region("encoder.conv"):
+            h = conv1d_gelu(features, w.conv1_weight, w.conv1_bias, stride=1)
+            x = conv1d_gelu(h.transpose(1, 2), w.conv2_weight, w.conv2_bias, stride=2)
         windows, frames, hidden = x.shape
         x = x.view(windows * frames, hidden)
-        heads, head_dim = e.num_heads, e.head_dim
         for layer in w.encoder_layers:
-            h = layernorm(x, layer.ln1_weight, layer.ln1_bias, e.layer_norm_eps)
-            qkv = linear(h, layer.qkv_weight, layer.qkv_bias).view(windows, frames, 3 * heads, head_dim)
-            apply_rope(qkv[:, :, : 2 * heads], self.enc_cos, self.enc_sin, self.enc_positions[:frames], e.rotary_dim)
-            q, k, v = qkv[:, :, :heads], qkv[:, :, heads:2 * heads], qkv[:, :, 2 * heads:]
-            attn = flash_attention(q, k, v, head_dim ** -0.5, causal=False)
-            x = linear(attn.view(windows * frames, -1), layer.o_weight, layer.o_bias, residual=x, out=x)
-            h = layernorm(x, layer.ln2_weight, layer.ln2_bias, e.layer_norm_eps)
-            h = linear(h, layer.fc1_weight, layer.fc1_bias, activation="gelu")
-            x = linear(h, layer.fc2_weight, layer.fc2_bias, residual=x, out=x)
-        x = layernorm(x, w.encoder_norm_weight, w.encoder_norm_bias, e.layer_norm_eps)
+            with region("encoder.layer"):
+                x = self._encoder_layer(layer, x, windows, frames)
+        with region("encoder.norm"):
+            x = layernorm(x, w.encoder_norm_weight, w.encoder_norm_bias, e.layer_norm_eps)
         return x.view(windows, frames, hidden)
+
+    def _encoder_layer(self, layer, x, windows: int, frames: int):
+        e = self.cfg.encoder
+        heads, head_dim = e.num_heads, e.head_dim
+        h = layernorm(x, layer.ln1_weight, layer.ln1_bias, e.layer_norm_eps)
+        qkv = linear(h, layer.qkv_weight, layer.qkv_bias).view(windows, frames, 3 * heads, head_dim)
+        apply_rope(qkv[:, :, : 2 * heads], self.enc_cos, self.enc_sin, self.enc_positions[:frames], e.rotary_dim)
+        q, k, v = qkv[:, :, :heads], qkv[:, :, heads:2 * heads], qkv[:, :, 2 * heads:]
+        attn = flash_attention(q, k, v, head_dim ** -0.5, causal=False)
+        x = linear(attn.view(windows * frames, -1), layer.o_weight, layer.o_bias, residual=x, out=x)
+        h = layernorm(x, layer.ln2_weight, layer.ln2_bias, e.layer_norm_eps)
+        h = linear(h, layer.fc1_weight, layer.fc1_bias, activation="gelu")
+        return linear(h, layer.fc2_weight, layer.fc2_bias, residual=x, out=x)
 
     def project_audio(self, encoded: torch.Tensor) -> torch.Tensor:
         """Concatenate each 4 consecutive frames (a free view), then Linear·GELU·Linear."""
         windows, frames, _ = encoded.shape
         merged = encoded.reshape(windows * frames // self.cfg.merge_factor, self.cfg.encoder.intermediate_size)
-        h = linear(merged, self.w.projector_1_weight, self.w.projector_1_bias, activation="gelu")
-        out = linear(h, self.w.projector_2_weight, self.w.projector_2_bias)
+        with region("projector"):
+            h = linear(merged, self.w.projector_1_weight, self.w.projector_1_bias, activation="gelu")
+            out = linear(h, self.w.projector_2_weight, self.w.projector_2_bias)
         return out.view(windows, frames // self.cfg.merge_factor, -1)
 
     # ---- text decoder -------------------------------------------------------------------------
@@ -104,25 +115,27 @@ class TritonGlmAsr:
         d = self.cfg.decoder
         q = torch.empty((state.batch, tokens, d.num_heads, d.head_dim), dtype=self.dtype, device=self.device)
         for layer, k_cache, v_cache in zip(self.w.decoder_layers, state.k_cache, state.v_cache):
-            h = rmsnorm(x, layer.ln1_weight, d.rms_norm_eps)
-            qkv = linear(h, layer.qkv_weight).view(state.batch, tokens, -1)
-            rope_qkv_into_cache(qkv, d.num_heads, d.num_kv_heads, d.head_dim, self.dec_cos, self.dec_sin,
-                                d.rotary_dim, q, k_cache, v_cache, state.cache_pos, state.kv_start)
-            if decode:
-                attn = decode_attention(q, k_cache, v_cache, state.valid_len, state.kv_start, d.head_dim ** -0.5)
-            else:
-                attn = flash_attention(q, k_cache[:, :, :tokens], v_cache[:, :, :tokens], d.head_dim ** -0.5,
-                                       causal=True, kv_start=state.kv_start)
-            x = linear(attn.view(state.batch * tokens, -1), layer.o_weight, residual=x, out=x)
-            h = rmsnorm(x, layer.ln2_weight, d.rms_norm_eps)
-            x = linear(swiglu_linear(h, layer.gate_up_weight), layer.down_weight, residual=x, out=x)
+            with region("decoder.layer"):
+                h = rmsnorm(x, layer.ln1_weight, d.rms_norm_eps)
+                qkv = linear(h, layer.qkv_weight).view(state.batch, tokens, -1)
+                rope_qkv_into_cache(qkv, d.num_heads, d.num_kv_heads, d.head_dim, self.dec_cos, self.dec_sin,
+                                    d.rotary_dim, q, k_cache, v_cache, state.cache_pos, state.kv_start)
+                if decode:
+                    attn = decode_attention(q, k_cache, v_cache, state.valid_len, state.kv_start, d.head_dim ** -0.5)
+                else:
+                    attn = flash_attention(q, k_cache[:, :, :tokens], v_cache[:, :, :tokens], d.head_dim ** -0.5,
+                                           causal=True, kv_start=state.kv_start)
+                x = linear(attn.view(state.batch * tokens, -1), layer.o_weight, residual=x, out=x)
+                h = rmsnorm(x, layer.ln2_weight, d.rms_norm_eps)
+                x = linear(swiglu_linear(h, layer.gate_up_weight), layer.down_weight, residual=x, out=x)
         return x
 
     def _prompt_embeddings(self, inputs: ASRInputs) -> torch.Tensor:
         audio = self.project_audio(self.encode_audio(torch.from_numpy(inputs.input_features)))
         ids = torch.from_numpy(inputs.input_ids.reshape(-1)).to(self.device)
         audio_index = torch.from_numpy(inputs.audio_index.reshape(-1)).to(self.device)
-        return embed_tokens(ids, self.w.embed_tokens, audio.view(-1, audio.shape[-1]), audio_index)
+        with region("decoder.embed"):
+            return embed_tokens(ids, self.w.embed_tokens, audio.view(-1, audio.shape[-1]), audio_index)
 
     def _state_for(self, batch: int, length: int) -> DecodeState:
         cache_len = -(-length // CACHE_GRANULE) * CACHE_GRANULE
@@ -141,15 +154,21 @@ class TritonGlmAsr:
         """Logits at every prompt position (batch, prompt_len, vocab)."""
         batch, prompt_len = inputs.input_ids.shape
         x = self._prefill(inputs, self._state_for(batch, prompt_len), ban_eos=False)
-        normed = rmsnorm(x.view(batch * prompt_len, -1), self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps)
-        return lm_head_logits(normed, self.w.lm_head).view(batch, prompt_len, -1)
+        with region("decoder.head"):
+            normed = rmsnorm(x.view(batch * prompt_len, -1), self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps)
+            return lm_head_logits(normed, self.w.lm_head).view(batch, prompt_len, -1)
 
     def _decode_step(self, state: DecodeState):
         """One new token for every row: reads state.token_ids and the counters, overwrites token_ids."""
-        x = embed_tokens(state.token_ids, self.w.embed_tokens, self.no_audio_rows, state.no_audio)
+        with region("decoder.embed"):
+            x = embed_tokens(state.token_ids, self.w.embed_tokens, self.no_audio_rows, state.no_audio)
         x = self._decoder_layers(x, state, 1, decode=True)
-        greedy_head(x, self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps, self.w.lm_head,
-                    self.eos_ids, state.ban_eos, state.token_ids)
+        self._greedy_head(x, state)
+
+    def _greedy_head(self, last_hidden, state: DecodeState):
+        with region("decoder.head"):
+            greedy_head(last_hidden, self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps, self.w.lm_head,
+                        self.eos_ids, state.ban_eos, state.token_ids)
 
     def _capture_decode_graph(self, state: DecodeState):
         """Record the decode step once; run it first on a side stream so Triton compiles outside capture.
@@ -172,18 +191,19 @@ class TritonGlmAsr:
         stop = GreedyStopper(inputs.batch_size, self.cfg.eos_token_ids, max_new_tokens, min_new_tokens)
         batch, prompt_len = inputs.input_ids.shape
         state = self._state_for(batch, prompt_len + max_new_tokens)
-        if self.device.type == "cuda" and state.graph is None:
+        if self.use_cuda_graph and self.device.type == "cuda" and state.graph is None:
             self._capture_decode_graph(state)
-        x = self._prefill(inputs, state, stop.ban_eos())
-        greedy_head(x[:, -1], self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps, self.w.lm_head,
-                    self.eos_ids, state.ban_eos, state.token_ids)
+        with region("decoder.prefill"):
+            x = self._prefill(inputs, state, stop.ban_eos())
+            self._greedy_head(x[:, -1], state)
         while not stop.add(state.token_ids.tolist()):
             slot = prompt_len + stop.steps_taken - 1
-            state.set_counters(slot, slot + 1, stop.ban_eos())
-            if state.graph is not None:
-                state.graph.replay()
-            else:
-                self._decode_step(state)
+            with region("decoder.step"):
+                state.set_counters(slot, slot + 1, stop.ban_eos())
+                if self.use_cuda_graph and state.graph is not None:
+                    state.graph.replay()
+                else:
+                    self._decode_step(state)
         return stop.tokens
 
 
