@@ -1,0 +1,57 @@
+"""Shared pytest fixtures: tiny random GLM-ASR checkpoints and test clips.
+
+All fixtures are session-scoped and written under ``tmp_path_factory``; building
+one takes well under a second once transformers is imported.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+TESTS_DIR = pathlib.Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+for _p in (str(REPO_ROOT), str(TESTS_DIR)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long-running test (deselect with -m 'not slow')")
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory) -> pathlib.Path:
+    """Unsharded, float32 storage, untied lm_head (own tensor)."""
+    from tiny_checkpoint import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt"), sharded=False, storage_dtype="float32",
+                                 tie_word_embeddings=False, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt_sharded_bf16(tmp_path_factory) -> pathlib.Path:
+    """Sharded (model.safetensors.index.json + >=3 shards), bfloat16 storage, untied."""
+    from tiny_checkpoint import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt_sharded_bf16"), sharded=True,
+                                 storage_dtype="bfloat16", tie_word_embeddings=False, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt_tied(tmp_path_factory) -> pathlib.Path:
+    """Unsharded, float32 storage, lm_head tied to the embedding (no lm_head tensor on disk)."""
+    from tiny_checkpoint import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt_tied"), sharded=False, storage_dtype="float32",
+                                 tie_word_embeddings=True, seed=0)
+
+
+@pytest.fixture(scope="session")
+def clips(tmp_path_factory) -> dict[str, pathlib.Path]:
+    """{"short": 22.05 kHz stereo PCM_16 (~3.5 s), "long45": 45 s 16 kHz float32, "other": 5 s 16 kHz PCM_16}."""
+    from tiny_checkpoint import make_clips
+
+    return make_clips(tmp_path_factory.mktemp("clips"))
