@@ -2,6 +2,7 @@
 
 from math import gcd
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -10,15 +11,20 @@ from .errors import UserError
 SAMPLE_RATE = 16000
 
 
-def load_audio(path: str | Path) -> np.ndarray:
+def load_audio(source: str | Path | BinaryIO, name: str | None = None) -> np.ndarray:
+    """``source`` is a path or an open binary file (an upload, a recording); ``name`` labels errors."""
     import soundfile as sf
     from scipy.signal import resample_poly
 
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"audio file not found: {path}")
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.is_file():
+            raise UserError(f"audio file not found: {path}")
+        source = str(path)
+    else:
+        path = name or "the audio"
     try:
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+        data, rate = sf.read(source, dtype="float32", always_2d=True)
     except Exception as e:  # soundfile raises LibsndfileError/RuntimeError/TypeError by format
         raise UserError(f"cannot read audio {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     if data.size == 0:
