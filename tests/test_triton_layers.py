@@ -1,0 +1,353 @@
+"""glm_asr_triton_example.layers against plain torch, one op per test.
+
+Without a GPU the kernels run in the Triton interpreter (set before triton is imported), so shapes
+stay small; they still cover one-row launches, odd widths, ragged tiles and split K. Tolerances are
+the GPU's: relative to max|reference|, fp32 1e-5, tf32 GEMMs 3e-3, bf16 1e-2. Every input is fresh
+random data seeded by the test's id, and outputs are poisoned with NaN first where the API takes out=.
+"""
+
+import os
+import zlib
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from glm_asr_triton_example import layers  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() and not layers.INTERPRET else "cpu"
+BF16, FP32 = torch.bfloat16, torch.float32
+ELEMENTWISE_TOL = {FP32: 1e-5, BF16: 1e-2}
+GEMM_TOL = {FP32: 3e-3, BF16: 1e-2}  # fp32 inputs go through tf32 by default
+
+
+@pytest.fixture
+def gen(request):
+    return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))
+
+
+def rand(gen, *shape, dtype=FP32, scale=1.0):
+    return (torch.randn(*shape, generator=gen) * scale).to(device=DEVICE, dtype=dtype)
+
+
+def nan_like(shape, dtype):
+    return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
+
+
+def assert_close(out, ref, rel):
+    assert out.shape == ref.shape
+    out = out.double()
+    assert torch.isfinite(out).all(), "unwritten (NaN) or non-finite outputs"
+    err = (out - ref.double()).abs().max().item() / max(ref.double().abs().max().item(), 1e-30)
+    assert err <= rel, f"relative error {err:.3e} > {rel:.0e}"
+
+
+def bf16_matches(out, ref):
+    """bf16 results that round at the same points agree exactly, bar rare accumulation-order flips."""
+    same = (out == ref).double().mean().item()
+    assert same >= 0.99, f"only {same:.3f} of elements match bit for bit"
+    assert_close(out, ref, 1e-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Course kernels
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("shape", [(1, 64), (17, 17), (3, 2048), (33, 1280)])
+def test_rmsnorm(gen, dtype, shape):
+    x, w = rand(gen, *shape, dtype=dtype), rand(gen, shape[-1], dtype=dtype)
+    x32 = x.float()
+    ref = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
+    assert_close(layers.rmsnorm(x, w, 1e-6), ref, ELEMENTWISE_TOL[dtype])
+
+
+def test_rmsnorm_matches_hf_bf16(gen):
+    x, w = rand(gen, 9, 2048, dtype=BF16, scale=3.0), rand(gen, 2048, dtype=BF16)
+    x32 = x.float()
+    hf = w * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-5)).to(BF16)
+    bf16_matches(layers.rmsnorm(x, w, 1e-5), hf)
+
+
+def test_rmsnorm_strided_rows(gen):
+    hidden, w = rand(gen, 3, 5, 64), rand(gen, 64)
+    last = hidden[:, -1]  # (B, H) view with row stride 5 * 64
+    ref = last * torch.rsqrt(last.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    assert_close(layers.rmsnorm(last, w, 1e-6), ref, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("shape", [(1, 1280), (17, 1280), (5, 17), (33, 64), (2, 1)])
+def test_layernorm(gen, dtype, shape):
+    x = rand(gen, *shape, dtype=dtype, scale=2.0) + 0.5
+    w, b = rand(gen, shape[-1], dtype=dtype), rand(gen, shape[-1], dtype=dtype)
+    ref = torch.nn.functional.layer_norm(x.float(), shape[-1:], w.float(), b.float(), 1e-5)
+    assert_close(layers.layernorm(x, w, b, 1e-5), ref, ELEMENTWISE_TOL[dtype])
+
+
+@pytest.mark.parametrize("op, ref_op", [(layers.gelu, torch.nn.functional.gelu), (layers.silu, torch.nn.functional.silu)])
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("shape", [(1,), (17,), (2, 2048 + 33), (3, 1280)])
+def test_activation(gen, op, ref_op, dtype, shape):
+    x = rand(gen, *shape, dtype=dtype, scale=4.0)
+    assert_close(op(x), ref_op(x.float()), ELEMENTWISE_TOL[dtype])
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # exp(1e4) = inf, as intended
+def test_silu_extremes():
+    x = torch.tensor([-1e4, -100.0, -20.0, 0.0, 20.0, 100.0, 1e4], device=DEVICE)
+    assert_close(layers.silu(x), torch.nn.functional.silu(x.double()), 1e-6)
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("shape, scale", [((1, 1), 1.0), ((17, 17), 1.0), ((4, 1500), 30.0), ((2, 2049), 1.0)])
+def test_softmax(gen, dtype, shape, scale):
+    x = rand(gen, *shape, dtype=dtype, scale=scale)
+    assert_close(layers.softmax(x), torch.softmax(x.double(), -1), ELEMENTWISE_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("M, N, K", [(1, 16, 16), (17, 96, 80), (33, 17, 40), (70, 130, 33)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_tf32(gen, dtype, M, N, K, with_bias):
+    x, w = rand(gen, M, K, dtype=dtype), rand(gen, N, K, dtype=dtype)
+    b = rand(gen, N, dtype=dtype) if with_bias else None
+    ref = x.double() @ w.double().T + (b.double() if with_bias else 0)
+    assert_close(layers.linear_tf32(x, w, b), ref, GEMM_TOL[dtype])
+
+
+# ---------------------------------------------------------------------------------------------
+# Production linear: GEMV (M = 1), skinny (M <= 16) and tiled GEMM, with fused epilogues
+# ---------------------------------------------------------------------------------------------
+
+
+def linear_reference(x, w, b, activation, residual):
+    y = x.double() @ w.double().T
+    if b is not None:
+        y = y + b.double()
+    if activation == "gelu":
+        y = torch.nn.functional.gelu(y)
+    if residual is not None:
+        y = y + residual.double()
+    return y
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("M", [1, 4, 17, 33])
+@pytest.mark.parametrize("N, K", [(96, 80), (17, 1280)])
+@pytest.mark.parametrize("with_bias, activation, with_residual",
+                         [(False, None, False), (True, "gelu", False), (True, None, True)])
+def test_linear(gen, dtype, M, N, K, with_bias, activation, with_residual):
+    x, w = rand(gen, M, K, dtype=dtype), rand(gen, N, K, dtype=dtype, scale=K**-0.5)
+    b = rand(gen, N, dtype=dtype) if with_bias else None
+    r = rand(gen, M, N, dtype=dtype) if with_residual else None
+    out = nan_like((M, N), dtype)
+    y = layers.linear(x, w, b, activation=activation, residual=r, out=out)
+    assert y is out
+    assert_close(out, linear_reference(x, w, b, activation, r), GEMM_TOL[dtype])
+
+
+@pytest.mark.parametrize("M", [1, 3, 20])
+def test_linear_strided_rows_no_out(gen, M):
+    hidden, w = rand(gen, M, 3, 96), rand(gen, 40, 96, scale=0.1)
+    x = hidden[:, 1]  # row stride 3 * 96, unit column stride
+    assert_close(layers.linear(x, w), linear_reference(x, w, None, None, None), GEMM_TOL[FP32])
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("M", [1, 5, 40])
+def test_linear_residual_in_place(gen, dtype, M):
+    """The model adds sublayer outputs into the residual stream with residual=x, out=x."""
+    h, w, b = rand(gen, M, 80, dtype=dtype), rand(gen, 96, 80, dtype=dtype, scale=0.1), rand(gen, 96, dtype=dtype)
+    x = rand(gen, M, 96, dtype=dtype)
+    ref = linear_reference(h, w, b, None, x)
+    assert layers.linear(h, w, b, residual=x, out=x) is x
+    assert_close(x, ref, GEMM_TOL[dtype])
+
+
+@pytest.mark.parametrize("M", [1, 5, 40])
+def test_linear_ieee_is_fp32_exact(gen, M):
+    x, w = rand(gen, M, 300), rand(gen, 70, 300)
+    assert_close(layers.linear(x, w, input_precision="ieee"), x.double() @ w.double().T, 1e-5)
+
+
+@pytest.fixture
+def force_split_k(monkeypatch):
+    """Make every linear launch split K three ways, whatever the table would pick."""
+    original = layers._linear_config
+
+    def split_three(*args):
+        kind, cfg = original(*args)
+        return kind, dict(cfg, SPLIT_K=3)
+
+    monkeypatch.setattr(layers, "_linear_config", split_three)
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("M", [1, 6, 20])
+def test_linear_split_k(gen, force_split_k, dtype, M):
+    K = 3 * 1024 + 40  # several BLOCK_K steps per slice, a ragged last one
+    x, w = rand(gen, M, K, dtype=dtype), rand(gen, 33, K, dtype=dtype, scale=K**-0.5)
+    b, r = rand(gen, 33, dtype=dtype), rand(gen, M, 33, dtype=dtype)
+    out = nan_like((M, 33), dtype)
+    layers.linear(x, w, b, activation="gelu", residual=r, out=out)
+    assert_close(out, linear_reference(x, w, b, "gelu", r), GEMM_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("M", [1, 4, 17])
+@pytest.mark.parametrize("N, K", [(48, 64), (17, 1280)])
+def test_swiglu_linear(gen, dtype, M, N, K):
+    x, gate_up = rand(gen, M, K, dtype=dtype), rand(gen, 2 * N, K, dtype=dtype, scale=K**-0.5)
+    out = nan_like((M, N), dtype)
+    assert layers.swiglu_linear(x, gate_up, out=out) is out
+    gate, up = x.double() @ gate_up[:N].double().T, x.double() @ gate_up[N:].double().T
+    assert_close(out, torch.nn.functional.silu(gate) * up, GEMM_TOL[dtype])
+
+
+@pytest.mark.parametrize("M", [1, 4, 17])
+def test_swiglu_matches_hf_bf16(gen, M):
+    """HF LlamaMLP in bf16: gate and up rounded, silu rounded, product rounded."""
+    N, K = 64, 96
+    x, gate_up = rand(gen, M, K, dtype=BF16), rand(gen, 2 * N, K, dtype=BF16, scale=K**-0.5)
+    gate = (x.float() @ gate_up[:N].float().T).to(BF16)
+    up = (x.float() @ gate_up[N:].float().T).to(BF16)
+    bf16_matches(layers.swiglu_linear(x, gate_up), torch.nn.functional.silu(gate) * up)
+
+
+@pytest.mark.parametrize("M", [1, 17])
+def test_swiglu_split_k(gen, force_split_k, M):
+    N, K = 40, 2100
+    x, gate_up = rand(gen, M, K), rand(gen, 2 * N, K, scale=K**-0.5)
+    gate, up = x.double() @ gate_up[:N].double().T, x.double() @ gate_up[N:].double().T
+    assert_close(layers.swiglu_linear(x, gate_up), torch.nn.functional.silu(gate) * up, GEMM_TOL[FP32])
+
+
+def test_lm_head_logits(gen):
+    x, w = rand(gen, 3, 64, dtype=BF16), rand(gen, 300, 64, dtype=BF16)
+    assert_close(layers.lm_head_logits(x, w), x.double() @ w.double().T, GEMM_TOL[BF16])
+
+
+# ---------------------------------------------------------------------------------------------
+# Embedding gather
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("n_audio", [0, 5])
+@pytest.mark.parametrize("H", [17, 64, 2048 + 96])
+def test_embed_tokens(gen, dtype, n_audio, H):
+    V, M = 50, 12
+    table, audio = rand(gen, V, H, dtype=dtype), rand(gen, n_audio, H, dtype=dtype)
+    ids = torch.randint(0, V, (M,), generator=gen).to(DEVICE)
+    audio_index = torch.full((M,), -1, dtype=torch.int64)
+    audio_index[4:4 + n_audio] = torch.randperm(n_audio, generator=gen)
+    audio_index = audio_index.to(DEVICE)
+    out = nan_like((M, H), dtype)
+    assert layers.embed_tokens(ids, table, audio, audio_index, out=out) is out
+    ref = table[ids].clone()
+    ref[audio_index >= 0] = audio[audio_index[audio_index >= 0]]
+    assert torch.equal(out, ref)
+
+
+def test_embed_tokens_casts_audio_to_table_dtype(gen):
+    table, audio = rand(gen, 20, 64, dtype=BF16), rand(gen, 2, 64, dtype=FP32)
+    ids = torch.tensor([3, 7, 7, 1], device=DEVICE)
+    audio_index = torch.tensor([-1, 1, 0, -1], device=DEVICE)
+    out = layers.embed_tokens(ids, table, audio, audio_index)
+    assert out.dtype == BF16
+    assert torch.equal(out, torch.stack([table[3], audio[1].to(BF16), audio[0].to(BF16), table[1]]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy head and argmax: lowest index on ties, banned ids only while suppress[0] != 0
+# ---------------------------------------------------------------------------------------------
+
+
+def flag(value):
+    return torch.tensor([value], dtype=torch.int32, device=DEVICE)
+
+
+def ids_tensor(values):
+    return torch.tensor(values, dtype=torch.int64, device=DEVICE)
+
+
+def rms_normed(x, w, eps):
+    x32 = x.double()
+    return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * w.double()
+
+
+def assert_argmax_ok(chosen, logits, rel=1e-2):
+    """The chosen id's logit is the row maximum, up to rounding (bf16 can reorder near-ties)."""
+    best = logits.max(-1).values
+    short = best - logits.gather(1, chosen[:, None])[:, 0]
+    assert (short <= rel * logits.abs().max()).all(), f"picked logits fall short by {short.tolist()}"
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("B", [1, 3, 17])
+@pytest.mark.parametrize("V, H", [(257, 64), (300, 96)])
+def test_greedy_head(gen, dtype, B, V, H):
+    x, norm_w = rand(gen, B, H, dtype=dtype), rand(gen, H, dtype=dtype)
+    w_lm = rand(gen, V, H, dtype=dtype, scale=H**-0.5)
+    out = torch.full((B,), -7, dtype=torch.int64, device=DEVICE)
+    assert layers.greedy_head(x, norm_w, 1e-5, w_lm, ids_tensor([V - 1]), flag(0), out) is out
+    assert_argmax_ok(out, rms_normed(x, norm_w, 1e-5) @ w_lm.double().T)
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+def test_greedy_head_ties_pick_lowest_index(gen, dtype):
+    B, V, H = 2, 300, 64
+    x, norm_w = rand(gen, B, H, dtype=dtype), torch.ones(H, dtype=dtype, device=DEVICE)
+    w_lm = rand(gen, V, H, dtype=dtype, scale=0.01)
+    # Identical rows give identical logits; the largest sit in one block (5, 7) and in later ones.
+    top = (x[0].float().sign() * 0.5).to(dtype)
+    for v in (250, 130, 7, 5):
+        w_lm[v] = top
+    out = torch.empty(B, dtype=torch.int64, device=DEVICE)
+    layers.greedy_head(x[:1].expand(B, H), norm_w, 1e-5, w_lm, ids_tensor([]), flag(1), out)
+    assert out.tolist() == [5, 5]
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+def test_greedy_head_suppress(gen, dtype):
+    B, V, H = 3, 200, 32
+    x, norm_w = rand(gen, B, H, dtype=dtype), rand(gen, H, dtype=dtype)
+    w_lm = rand(gen, V, H, dtype=dtype, scale=0.1)
+    logits = rms_normed(x, norm_w, 1e-5) @ w_lm.double().T
+    first = logits.argmax(-1)
+    banned = ids_tensor(sorted(set(first.tolist())) + [V - 1])
+    out = torch.empty(B, dtype=torch.int64, device=DEVICE)
+    layers.greedy_head(x, norm_w, 1e-5, w_lm, banned, flag(0), out)
+    assert_argmax_ok(out, logits)
+    layers.greedy_head(x, norm_w, 1e-5, w_lm, banned, flag(1), out)
+    assert not torch.isin(out, banned).any()
+    assert_argmax_ok(out, logits.index_fill(1, banned, float("-inf")))
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("B, V", [(1, 1), (3, 17), (2, 5000), (5, 4096)])
+def test_argmax_rows(gen, dtype, B, V):
+    logits = rand(gen, B, V, dtype=dtype)
+    out = torch.full((B,), -7, dtype=torch.int64, device=DEVICE)
+    assert layers.argmax_rows(logits, ids_tensor([]), flag(1), out) is out
+    assert torch.equal(out, logits.float().argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+def test_argmax_rows_ties_and_suppress(dtype):
+    V = 5000  # two 4096-wide blocks
+    logits = torch.zeros(3, V, dtype=dtype, device=DEVICE)
+    logits[0, [4500, 17, 4095, 4096]] = 2.0  # tie across blocks: 17 wins
+    logits[1, [4999, 4097]] = 3.0  # tie inside the second block: 4097 wins
+    logits[2, [0, 1]] = 5.0
+    logits[2, 3000] = 4.0
+    banned = ids_tensor([0, 1, 4097])
+    out = torch.empty(3, dtype=torch.int64, device=DEVICE)
+    layers.argmax_rows(logits, banned, flag(0), out)
+    assert out.tolist() == [17, 4097, 0]
+    layers.argmax_rows(logits, banned, flag(1), out)
+    assert out.tolist() == [17, 4999, 3000]
