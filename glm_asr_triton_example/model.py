@@ -84,7 +84,7 @@ class TritonGlmAsr:
             with region("encoder.layer"):
                 x = self._encoder_layer(layer, x, windows, frames)
         with region("encoder.norm"):
-            x = layernorm(x, w.encoder_norm_weight, w.encoder_norm_bias, e.layer_norm_eps)
+            x = layernorm(x, w.encoder_norm_weight, w.encoder_norm_bias, self.cfg.encoder.layer_norm_eps)
         return x.view(windows, frames, hidden)
 
     def _encoder_layer(self, layer, x, windows: int, frames: int):
@@ -123,8 +123,8 @@ class TritonGlmAsr:
                 if decode:
                     attn = decode_attention(q, k_cache, v_cache, state.valid_len, state.kv_start, d.head_dim ** -0.5)
                 else:
-                    attn = flash_attention(q, k_cache[:, :, :tokens], v_cache[:, :, :tokens], d.head_dim ** -0.5,
-                                           causal=True, kv_start=state.kv_start)
+                    attn = flash_attention(q, k_cache, v_cache, d.head_dim ** -0.5, causal=True,
+                                           kv_start=state.kv_start, kv_layout="bhtd")
                 x = linear(attn.view(state.batch * tokens, -1), layer.o_weight, residual=x, out=x)
                 h = rmsnorm(x, layer.ln2_weight, d.rms_norm_eps)
                 x = linear(swiglu_linear(h, layer.gate_up_weight), layer.down_weight, residual=x, out=x)

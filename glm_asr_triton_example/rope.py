@@ -50,20 +50,17 @@ def _rotate(x1, x2, cos, sin):
 
 
 @triton.jit
-def _rope_heads(src, dst, stride_src_h, stride_dst_h, n_heads, cos, sin,
+def _rope_heads(src_rows, dst_rows, row_mask, cos, sin,
                 HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, HEAD_DIM: tl.constexpr,
-                BLOCK_H: tl.constexpr, BLOCK_PASS: tl.constexpr, COPY_PASS: tl.constexpr,
-                IN_PLACE: tl.constexpr):
-    """Rotate ``n_heads`` head rows of one token from ``src`` into ``dst``.
+                BLOCK_PASS: tl.constexpr, COPY_PASS: tl.constexpr, IN_PLACE: tl.constexpr):
+    """Rotate a (tokens, heads) tile of head rows from ``src_rows`` into ``dst_rows``.
 
-    cos / sin are this token's (1, BLOCK_HALF) fp32 table rows. With COPY_PASS the channels past
-    rotary_dim are copied too (needed when dst is another buffer, not when rotating in place).
+    src_rows / dst_rows are (BLOCK_T, BLOCK_H, 1) pointers to the start of each head row, row_mask
+    says which exist; cos / sin are the tokens' (BLOCK_T, 1, BLOCK_HALF) fp32 table rows. With
+    COPY_PASS the channels past rotary_dim are copied too (needed when dst is another buffer).
     """
-    h = tl.arange(0, BLOCK_H)[:, None]
-    d = tl.arange(0, BLOCK_HALF)[None, :]
-    mask = (h < n_heads) & (d < HALF)
-    src_rows = src + h * stride_src_h
-    dst_rows = dst + h * stride_dst_h
+    d = tl.arange(0, BLOCK_HALF)[None, None, :]
+    mask = row_mask & (d < HALF)
     x1 = tl.load(src_rows + d, mask=mask)
     x2 = tl.load(src_rows + HALF + d, mask=mask)
     if IN_PLACE:
@@ -74,9 +71,15 @@ def _rope_heads(src, dst, stride_src_h, stride_dst_h, n_heads, cos, sin,
     tl.store(dst_rows + d, out1, mask=mask)
     tl.store(dst_rows + HALF + d, out2, mask=mask)
     if COPY_PASS:
-        p = 2 * HALF + tl.arange(0, BLOCK_PASS)[None, :]
-        pass_mask = (h < n_heads) & (p < HEAD_DIM)
+        p = 2 * HALF + tl.arange(0, BLOCK_PASS)[None, None, :]
+        pass_mask = row_mask & (p < HEAD_DIM)
         tl.store(dst_rows + p, tl.load(src_rows + p, mask=pass_mask), mask=pass_mask)
+
+
+def _tokens_per_program(T: int) -> int:
+    """One token per program on a GPU (plenty of programs); the interpreter pays per program, so
+    it takes every token at once."""
+    return triton.next_power_of_2(T) if INTERPRET else 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -127,20 +130,22 @@ def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tu
 
 
 @triton.jit
-def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, n_heads,
+def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, n_heads, T,
                 stride_xb, stride_xt, stride_xh, stride_pb, stride_pt, stride_table,
-                HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr):
-    # One program per token: the token's table row is loaded once and serves all of its heads.
-    t = tl.program_id(0)
+                HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr):
+    # BLOCK_T tokens per program: each token's table row is loaded once and serves all of its heads.
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
     b = tl.program_id(1)
-    pos = tl.load(pos_ptr + b * stride_pb + t * stride_pt)
-    d = tl.arange(0, BLOCK_HALF)[None, :]
-    cos = tl.load(cos_ptr + pos * stride_table + d, mask=d < HALF)
-    sin = tl.load(sin_ptr + pos * stride_table + d, mask=d < HALF)
-    x = x_ptr + b * stride_xb + t * stride_xt
-    _rope_heads(x, x, stride_xh, stride_xh, n_heads, cos, sin,
+    h = tl.arange(0, BLOCK_H)[None, :, None]
+    d = tl.arange(0, BLOCK_HALF)[None, None, :]
+    token_mask = t < T
+    pos = tl.load(pos_ptr + b * stride_pb + t * stride_pt, mask=token_mask, other=0)
+    cos = tl.load(cos_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
+    sin = tl.load(sin_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
+    rows = x_ptr + b * stride_xb + t * stride_xt + h * stride_xh
+    _rope_heads(rows, rows, token_mask & (h < n_heads), cos, sin,
                 HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=2 * HALF,
-                BLOCK_H=BLOCK_H, BLOCK_PASS=1, COPY_PASS=False, IN_PLACE=True)
+                BLOCK_PASS=1, COPY_PASS=False, IN_PLACE=True)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
@@ -160,10 +165,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions:
     else:
         stride_pb, stride_pt = positions.stride()
     block_h = triton.next_power_of_2(H)
-    rope_kernel[(T, B)](
-        x, cos, sin, positions, H,
+    block_t = _tokens_per_program(T)
+    rope_kernel[(triton.cdiv(T, block_t), B)](
+        x, cos, sin, positions, H, T,
         x.stride(0), x.stride(1), x.stride(2), stride_pb, stride_pt, cos.stride(0),
-        HALF=half, BLOCK_HALF=triton.next_power_of_2(half), BLOCK_H=block_h,
+        HALF=half, BLOCK_HALF=triton.next_power_of_2(half), BLOCK_H=block_h, BLOCK_T=block_t,
         num_warps=4 if block_h * rotary_dim >= 2048 else 2, enable_fp_fusion=False,
     )
     return x
@@ -176,44 +182,46 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions:
 
 @triton.jit
 def rope_qkv_to_cache_kernel(qkv_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr,
-                             cache_pos_ptr, kv_start_ptr, n_q_heads, n_kv_heads, cache_len_max,
+                             cache_pos_ptr, kv_start_ptr, n_q_heads, n_kv_heads, cache_len_max, T,
                              stride_qkv_b, stride_qkv_t,
                              stride_qo_b, stride_qo_t, stride_qo_h,
                              stride_kc_b, stride_kc_h, stride_kc_t,
                              stride_vc_b, stride_vc_h, stride_vc_t, stride_table,
                              HEAD_DIM: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
                              BLOCK_PASS: tl.constexpr, COPY_PASS: tl.constexpr,
-                             BLOCK_HQ: tl.constexpr, BLOCK_HKV: tl.constexpr, BLOCK_D: tl.constexpr):
-    t = tl.program_id(0)
+                             BLOCK_HQ: tl.constexpr, BLOCK_HKV: tl.constexpr, BLOCK_D: tl.constexpr,
+                             BLOCK_T: tl.constexpr):
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
     b = tl.program_id(1)
+    token_mask = t < T
     # cache_pos lives on the device so a captured CUDA graph can be replayed at every decode step.
     slot = tl.load(cache_pos_ptr) + t
     # transformers numbers the real tokens of a left-padded row from 0; pad tokens (negative) are
     # clamped to 0, their keys are masked out anyway.
     pos = tl.maximum(slot - tl.load(kv_start_ptr + b), 0)
-    d = tl.arange(0, BLOCK_HALF)[None, :]
-    cos = tl.load(cos_ptr + pos * stride_table + d, mask=d < HALF)
-    sin = tl.load(sin_ptr + pos * stride_table + d, mask=d < HALF)
+    d = tl.arange(0, BLOCK_HALF)[None, None, :]
+    cos = tl.load(cos_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
+    sin = tl.load(sin_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
 
     row = qkv_ptr + b * stride_qkv_b + t * stride_qkv_t
     # q heads: rows 0 .. Hq-1 of the fused output, rotated into q_out.
-    _rope_heads(row, q_out_ptr + b * stride_qo_b + t * stride_qo_t, HEAD_DIM, stride_qo_h,
-                n_q_heads, cos, sin, HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=HEAD_DIM,
-                BLOCK_H=BLOCK_HQ, BLOCK_PASS=BLOCK_PASS, COPY_PASS=COPY_PASS, IN_PLACE=False)
+    hq = tl.arange(0, BLOCK_HQ)[None, :, None]
+    _rope_heads(row + hq * HEAD_DIM, q_out_ptr + b * stride_qo_b + t * stride_qo_t + hq * stride_qo_h,
+                token_mask & (hq < n_q_heads), cos, sin, HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=HEAD_DIM,
+                BLOCK_PASS=BLOCK_PASS, COPY_PASS=COPY_PASS, IN_PLACE=False)
     # A slot past the cache end would write out of bounds: drop it (the caller sized the cache).
-    in_cache = slot < cache_len_max
+    in_cache = token_mask & (slot < cache_len_max)
     # k heads: the next Hkv rows, rotated into the cache at this slot.
-    _rope_heads(row + n_q_heads * HEAD_DIM,
-                k_cache_ptr + b * stride_kc_b + slot * stride_kc_t, HEAD_DIM, stride_kc_h,
-                tl.where(in_cache, n_kv_heads, 0), cos, sin,
-                HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=HEAD_DIM,
-                BLOCK_H=BLOCK_HKV, BLOCK_PASS=BLOCK_PASS, COPY_PASS=COPY_PASS, IN_PLACE=False)
+    hk = tl.arange(0, BLOCK_HKV)[None, :, None]
+    _rope_heads(row + (n_q_heads + hk) * HEAD_DIM,
+                k_cache_ptr + b * stride_kc_b + slot * stride_kc_t + hk * stride_kc_h,
+                in_cache & (hk < n_kv_heads), cos, sin, HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=HEAD_DIM,
+                BLOCK_PASS=BLOCK_PASS, COPY_PASS=COPY_PASS, IN_PLACE=False)
     # v heads: the last Hkv rows, copied unrotated.
-    h = tl.arange(0, BLOCK_HKV)[:, None]
-    e = tl.arange(0, BLOCK_D)[None, :]
-    v_mask = (h < n_kv_heads) & (e < HEAD_DIM) & in_cache
-    v = tl.load(row + (n_q_heads + n_kv_heads) * HEAD_DIM + h * HEAD_DIM + e, mask=v_mask)
-    tl.store(v_cache_ptr + b * stride_vc_b + h * stride_vc_h + slot * stride_vc_t + e, v, mask=v_mask)
+    e = tl.arange(0, BLOCK_D)[None, None, :]
+    v_mask = (hk < n_kv_heads) & (e < HEAD_DIM) & in_cache
+    v = tl.load(row + (n_q_heads + n_kv_heads + hk) * HEAD_DIM + e, mask=v_mask)
+    tl.store(v_cache_ptr + b * stride_vc_b + hk * stride_vc_h + slot * stride_vc_t + e, v, mask=v_mask)
 
 
 def rope_qkv_into_cache(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int,
@@ -235,9 +243,10 @@ def rope_qkv_into_cache(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, 
     assert cache_pos.dtype == torch.int32 and kv_start.dtype == torch.int32 and kv_start.shape == (B,)
     half = rotary_dim // 2
     assert rotary_dim % 2 == 0 and rotary_dim <= head_dim and cos.shape[1] == half and sin.stride() == cos.stride()
-    rope_qkv_to_cache_kernel[(T, B)](
+    block_t = _tokens_per_program(T)
+    rope_qkv_to_cache_kernel[(triton.cdiv(T, block_t), B)](
         qkv, q_out, k_cache, v_cache, cos, sin, cache_pos, kv_start,
-        num_q_heads, num_kv_heads, k_cache.shape[2],
+        num_q_heads, num_kv_heads, k_cache.shape[2], T,
         qkv.stride(0), qkv.stride(1),
         q_out.stride(0), q_out.stride(1), q_out.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -245,7 +254,7 @@ def rope_qkv_into_cache(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, 
         HEAD_DIM=head_dim, HALF=half, BLOCK_HALF=triton.next_power_of_2(half),
         BLOCK_PASS=triton.next_power_of_2(max(head_dim - rotary_dim, 1)), COPY_PASS=rotary_dim < head_dim,
         BLOCK_HQ=triton.next_power_of_2(num_q_heads), BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
-        BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4, enable_fp_fusion=False,
+        BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_T=block_t, num_warps=4, enable_fp_fusion=False,
     )
 
 
