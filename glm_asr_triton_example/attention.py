@@ -418,6 +418,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if out is None:
         out = torch.empty((B, 1, Hq, D), dtype=q.dtype, device=q.device)
     assert out.shape == (B, 1, Hq, D) and out.stride(3) == 1
+    if INTERPRET:  # one split over the whole cache: fewer, larger programs for the interpreter
+        split_size = max(split_size, triton.next_power_of_2(Tmax))
     num_splits = triton.cdiv(Tmax, split_size)
     part_m = torch.empty((B, Hq, num_splits), dtype=torch.float32, device=q.device)
     part_l = torch.empty_like(part_m)
@@ -429,7 +431,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         q.stride(0), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         part_m.stride(0), part_m.stride(1), part_acc.stride(0), part_acc.stride(1), part_acc.stride(2),
-        HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size, BLOCK_N=min(64, split_size),
+        HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size, BLOCK_N=split_size if INTERPRET else min(64, split_size),
         BLOCK_G=max(16, triton.next_power_of_2(group)), num_warps=4, num_stages=2,
     )
     decode_attention_combine_kernel[(B * Hq,)](

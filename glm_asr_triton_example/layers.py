@@ -64,17 +64,27 @@ def _warps_for_row(block: int) -> int:
 
 
 @triton.jit
-def rmsnorm_kernel(x_ptr, weight_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    mask = cols < N
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+def rmsnorm_kernel(x_ptr, weight_ptr, y_ptr, x_row_stride, y_row_stride, n_rows, N, eps,
+                   BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    # ROWS rows per program, one whole row each (1 on a GPU; many under the interpreter).
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    mask = (rows < n_rows) & (cols < N)
+    x = tl.load(x_ptr + rows * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
     # Masked lanes read 0 and add nothing to the sum of squares; divide by the true width N.
-    inv_rms = tl.math.rsqrt(tl.sum(x * x, axis=0) / N + eps)
+    inv_rms = tl.math.rsqrt(tl.sum(x * x, axis=1) / N + eps)[:, None]
     # HF Llama rounds the normalised row to the input dtype before multiplying by the weight.
     normed = round_to(x * inv_rms, y_ptr.dtype.element_ty).to(tl.float32)
-    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * y_row_stride + cols, round_to(normed * weight, y_ptr.dtype.element_ty), mask=mask)
+    weight = tl.load(weight_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    tl.store(y_ptr + rows * y_row_stride + cols, round_to(normed * weight, y_ptr.dtype.element_ty), mask=mask)
+
+
+def _rows_per_program(n_rows: int, block: int) -> int:
+    """A GPU gets one row per program (thousands of programs fill it); the interpreter pays per
+    program, so it takes as many rows as fit a 4M-element tile."""
+    if not INTERPRET:
+        return 1
+    return max(1, min(triton.next_power_of_2(n_rows), (1 << 22) // block))
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -83,26 +93,29 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     n_rows, width = rows.shape
     y = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
     block = triton.next_power_of_2(width)
-    rmsnorm_kernel[(n_rows,)](
-        rows, weight, y, rows.stride(0), y.stride(0), width, eps, BLOCK_N=block, num_warps=_warps_for_row(block)
+    per_program = _rows_per_program(n_rows, block)
+    rmsnorm_kernel[(triton.cdiv(n_rows, per_program),)](
+        rows, weight, y, rows.stride(0), y.stride(0), n_rows, width, eps,
+        BLOCK_N=block, ROWS=per_program, num_warps=_warps_for_row(block),
     )
     return y.view(x.shape)
 
 
 @triton.jit
-def layernorm_kernel(x_ptr, weight_ptr, bias_ptr, y_ptr, x_row_stride, y_row_stride, N, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    mask = cols < N
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    mean = tl.sum(x, axis=0) / N
+def layernorm_kernel(x_ptr, weight_ptr, bias_ptr, y_ptr, x_row_stride, y_row_stride, n_rows, N, eps,
+                     BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    mask = (rows < n_rows) & (cols < N)
+    x = tl.load(x_ptr + rows * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = (tl.sum(x, axis=1) / N)[:, None]
     # Zero the padding lanes, otherwise each would add mean^2 to the variance.
     centered = tl.where(mask, x - mean, 0.0)
-    inv_std = tl.math.rsqrt(tl.sum(centered * centered, axis=0) / N + eps)
-    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    bias = tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    inv_std = tl.math.rsqrt(tl.sum(centered * centered, axis=1) / N + eps)[:, None]
+    weight = tl.load(weight_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    bias = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     y = centered * inv_std * weight + bias
-    tl.store(y_ptr + row * y_row_stride + cols, round_to(y, y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + rows * y_row_stride + cols, round_to(y, y_ptr.dtype.element_ty), mask=mask)
 
 
 def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
@@ -111,9 +124,10 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     n_rows, width = rows.shape
     y = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
     block = triton.next_power_of_2(width)
-    layernorm_kernel[(n_rows,)](
-        rows, weight, bias, y, rows.stride(0), y.stride(0), width, eps,
-        BLOCK_N=block, num_warps=_warps_for_row(block),
+    per_program = _rows_per_program(n_rows, block)
+    layernorm_kernel[(triton.cdiv(n_rows, per_program),)](
+        rows, weight, bias, y, rows.stride(0), y.stride(0), n_rows, width, eps,
+        BLOCK_N=block, ROWS=per_program, num_warps=_warps_for_row(block),
     )
     return y.view(x.shape)
 
@@ -427,6 +441,8 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
     dtype matters, so fp32 gets the same shared memory per stage as bf16. N counts output features;
     a gated launch holds two accumulators of (BLOCK_M, BLOCK_N).
     """
+    if INTERPRET:
+        return _interpreter_linear_config(M, N, K, gated)
     elem_bytes = dtype.itemsize
     if M == 1 and not gated:
         # 4 weight rows x 2 KiB per step: 4 warps issue four 16-byte loads per thread. Split K only
@@ -461,6 +477,15 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
     split = min(triton.cdiv(2 * sms, tiles), K // 1024) if K >= 4096 else 1
     return "gemm", dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SPLIT_K=split,
                         num_warps=warps, num_stages=stages)
+
+
+def _interpreter_linear_config(M: int, N: int, K: int, gated: bool) -> tuple[str, dict]:
+    """The interpreter runs each program as NumPy calls, so the fewest, largest tiles are fastest."""
+    block_k = min(triton.next_power_of_2(K), 512)
+    if M == 1 and not gated:
+        return "gemv", dict(BLOCK_N=min(triton.next_power_of_2(N), 512), BLOCK_K=block_k, SPLIT_K=1)
+    return "gemm", dict(BLOCK_M=min(triton.next_power_of_2(M), 512), BLOCK_N=min(triton.next_power_of_2(N), 256),
+                        BLOCK_K=block_k, GROUP_M=1, SPLIT_K=1)
 
 
 def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_precision):
@@ -715,6 +740,8 @@ def lm_head_argmax_kernel(
 def _lm_head_config(dtype: torch.dtype) -> dict:
     """Weight-streaming tiles for the vocabulary GEMV: 64 vocabulary rows, 512-byte runs of K."""
     block_k = 256 if dtype == torch.bfloat16 or dtype == torch.float16 else 128
+    if INTERPRET:  # few, large programs (see _interpreter_linear_config)
+        return dict(BLOCK_M=16, BLOCK_V=512, BLOCK_K=512, num_warps=4, num_stages=1)
     return dict(BLOCK_M=16, BLOCK_V=64, BLOCK_K=block_k, num_warps=4, num_stages=4)
 
 
