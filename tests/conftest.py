@@ -6,10 +6,16 @@ one takes well under a second once transformers is imported.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 
 import pytest
+import torch
+
+# Without a GPU, Triton kernels run in the interpreter; it must be chosen before triton is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
