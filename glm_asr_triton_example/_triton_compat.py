@@ -19,6 +19,14 @@ import triton.language as tl
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 _INTERPRET = tl.constexpr(INTERPRET)
 
+# How fp32 operands meet the tensor cores in every tl.dot of this package: "tf32" (10-bit mantissa,
+# fastest), "tf32x3" (three tf32 products, about fp32 accuracy) or "ieee" (no tensor cores). bf16
+# operands ignore it. Set GLM_ASR_FP32_PRECISION to compare; the interpreter always computes in fp32.
+FP32_PRECISION = os.environ.get("GLM_ASR_FP32_PRECISION", "tf32")
+if FP32_PRECISION not in ("tf32", "tf32x3", "ieee"):
+    raise ValueError(f"GLM_ASR_FP32_PRECISION must be tf32, tf32x3 or ieee, not {FP32_PRECISION!r}")
+_FP32_PRECISION = tl.constexpr("ieee" if INTERPRET else FP32_PRECISION)
+
 
 @triton.jit
 def round_to(x, dtype: tl.constexpr):
@@ -34,11 +42,11 @@ def round_to(x, dtype: tl.constexpr):
 
 @triton.jit
 def dot(a, b, acc):
-    """acc + a @ b accumulated in fp32 (acc None: from zero); fp32 operands stay IEEE fp32, no TF32."""
+    """acc + a @ b accumulated in fp32 (acc None: from zero); fp32 operands at FP32_PRECISION."""
     if _INTERPRET and a.dtype == tl.bfloat16:
         a = a.to(tl.float32)
         b = b.to(tl.float32)
-    return tl.dot(a, b, acc, input_precision="ieee")
+    return tl.dot(a, b, acc, input_precision=_FP32_PRECISION)
 
 
 def _patch_scalar_index():

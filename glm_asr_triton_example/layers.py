@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # run as a script: import the package's siblings 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     __package__ = "glm_asr_triton_example"
 
-from ._triton_compat import INTERPRET, round_to  # noqa: E402
+from ._triton_compat import FP32_PRECISION, INTERPRET, round_to  # noqa: E402
 
 # A module-level constexpr is resolved when a kernel is compiled: the workaround costs nothing on GPU.
 _INTERPRETER = tl.constexpr(INTERPRET)
@@ -537,14 +537,15 @@ def linear(
     activation: str | None = None,
     residual: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
-    input_precision: str = "tf32",
+    input_precision: str = FP32_PRECISION,
 ) -> torch.Tensor:
     """out = act(x @ weight^T + bias) + residual, in x.dtype.
 
     x: (..., K), rows contiguous (a strided 2-D row view such as hidden[:, -1] is fine).
     weight: (N, K), nn.Linear layout. bias: (N,) or None. activation: None or "gelu" (exact erf).
     residual: (..., N) or None. out: preallocated (..., N) or None.
-    input_precision: "tf32" (default) or "ieee" for fp32 inputs; ignored for bf16.
+    input_precision: for fp32 inputs "tf32", "tf32x3" or "ieee" (default: _triton_compat.FP32_PRECISION,
+    "tf32" unless GLM_ASR_FP32_PRECISION says otherwise); ignored for bf16.
     One row (decode, batch 1) runs gemv_kernel on the CUDA cores; up to SKINNY_MAX_M rows a
     16-row tensor-core tile with split K; more rows the tiled GEMM.
     """
@@ -554,7 +555,7 @@ def linear(
 
 
 def swiglu_linear(
-    x: torch.Tensor, gate_up_weight: torch.Tensor, out: torch.Tensor | None = None, *, input_precision: str = "tf32"
+    x: torch.Tensor, gate_up_weight: torch.Tensor, out: torch.Tensor | None = None, *, input_precision: str = FP32_PRECISION
 ) -> torch.Tensor:
     """Llama MLP input half: out = silu(x @ W_gate^T) * (x @ W_up^T), shape (..., N).
 
@@ -564,7 +565,7 @@ def swiglu_linear(
     return _launch_linear(x, gate_up_weight, None, None, out, False, True, input_precision)
 
 
-def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, input_precision: str = "tf32"):
+def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, input_precision: str = FP32_PRECISION):
     """Full logits (..., V) = x_normed @ lm_head_weight^T, in x_normed.dtype (as HF's lm_head)."""
     return linear(x_normed, lm_head_weight, input_precision=input_precision)
 
@@ -754,7 +755,7 @@ def greedy_head(
     suppress: torch.Tensor,
     out_ids: torch.Tensor,
     *,
-    input_precision: str = "tf32",
+    input_precision: str = FP32_PRECISION,
 ) -> torch.Tensor:
     """out_ids[b] = argmax_v (rmsnorm(x[b]) @ lm_head_weight[v]), lowest index on ties.
 
