@@ -11,12 +11,24 @@ the transformer layers read, so the encoder needs no transpose.
 """
 
 import math
+import os
+import sys
 
 import torch
-import triton
-import triton.language as tl
 
-from ._triton_compat import INTERPRET, dot, round_to
+if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/conv.py
+    # Import the package's siblings all the same, and without a GPU choose Triton's CPU interpreter
+    # now: it must be chosen before triton is imported.
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.dirname(_HERE))
+    __package__ = os.path.basename(_HERE)
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from ._triton_compat import INTERPRET, dot, round_to  # noqa: E402
 
 
 @triton.jit
@@ -97,7 +109,7 @@ def _conv_config(dtype: torch.dtype) -> tuple[int, int, int, int, int]:
 
 
 # --------------------------------------------------------------------------------------------------
-# Self-check: python -m glm_asr_triton_example.conv  (TRITON_INTERPRET=1 without a GPU)
+# Self-check: python glm_asr_triton_example/conv.py  (without a GPU: the Triton interpreter)
 # --------------------------------------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ the GPU, round-to-nearest-even under the interpreter too.
 Under the interpreter (TRITON_INTERPRET=1, Triton 3.6) ``tl.dot`` multiplies bf16 operands as their
 raw 16-bit patterns, so the GEMM kernels widen their tiles to fp32 first (exact) when interpreting.
 
-Self-check: python glm_asr_triton_example/layers.py  (TRITON_INTERPRET=1 without a GPU)
+Self-check: python glm_asr_triton_example/layers.py  (without a GPU it runs in the Triton interpreter)
 """
 
 import functools
@@ -30,12 +30,18 @@ import sys
 import time
 
 import torch
-import triton
-import triton.language as tl
 
-if __package__ in (None, ""):  # run as a script: import the package's siblings all the same
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    __package__ = "glm_asr_triton_example"
+if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/layers.py
+    # Import the package's siblings all the same, and without a GPU choose Triton's CPU interpreter
+    # now: it must be chosen before triton is imported.
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.dirname(_HERE))
+    __package__ = os.path.basename(_HERE)
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from ._triton_compat import FP32_PRECISION, INTERPRET, round_to  # noqa: E402
 
@@ -63,9 +69,21 @@ def _warps_for_row(block: int) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+# >>> STUDENT KERNEL rmsnorm_kernel
 @triton.jit
 def rmsnorm_kernel(x_ptr, weight_ptr, y_ptr, x_row_stride, y_row_stride, n_rows, N, eps,
                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """RMSNorm over the last dimension: y = x / sqrt(mean(x^2) + eps) * weight.
+
+    x: (n_rows, N), row stride x_row_stride (in elements, last dim contiguous); weight: (N,);
+    y: (n_rows, N), row stride y_row_stride, in the activation dtype (fp32 or bf16).
+    Grid: (cdiv(n_rows, ROWS),). Program p normalises rows p*ROWS .. p*ROWS + ROWS - 1, each row held
+    whole in a BLOCK_N = next_power_of_2(N) tile (ROWS is 1 on a GPU; the interpreter takes many).
+    Masking: lanes with column >= N or row >= n_rows load 0.0 and are not stored; zeros add nothing to
+    the sum of squares as long as the mean divides by N, not BLOCK_N.
+    Hint: statistics in fp32. Like transformers, round the normalised row x * inv_rms to y's dtype
+    before the weight multiply (round_to(v, y_ptr.dtype.element_ty)); in bf16 it changes tokens.
+    """
     # ROWS rows per program, one whole row each (1 on a GPU; many under the interpreter).
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
     cols = tl.arange(0, BLOCK_N)[None, :]
@@ -77,6 +95,7 @@ def rmsnorm_kernel(x_ptr, weight_ptr, y_ptr, x_row_stride, y_row_stride, n_rows,
     normed = round_to(x * inv_rms, y_ptr.dtype.element_ty).to(tl.float32)
     weight = tl.load(weight_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     tl.store(y_ptr + rows * y_row_stride + cols, round_to(normed * weight, y_ptr.dtype.element_ty), mask=mask)
+# <<< STUDENT KERNEL
 
 
 def _rows_per_program(n_rows: int, block: int) -> int:
@@ -101,9 +120,20 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return y.view(x.shape)
 
 
+# >>> STUDENT KERNEL layernorm_kernel
 @triton.jit
 def layernorm_kernel(x_ptr, weight_ptr, bias_ptr, y_ptr, x_row_stride, y_row_stride, n_rows, N, eps,
                      BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """LayerNorm: y = (x - mean) / sqrt(var + eps) * weight + bias, biased variance, per row.
+
+    x: (n_rows, N), row stride x_row_stride; y: (n_rows, N), row stride y_row_stride (last dims
+    contiguous); weight, bias: (N,). Statistics in fp32: mean = sum(x) / N, var = sum((x - mean)^2) / N.
+    Grid: (cdiv(n_rows, ROWS),), ROWS whole rows per program, BLOCK_N = next_power_of_2(N) lanes each.
+    Masking: padding lanes load 0.0, but x - mean is -mean there: zero them (tl.where) before squaring,
+    or every padding lane adds mean^2 to the variance.
+    Hint: compute the mean first, then the variance of the centred values (two reductions over the
+    registers): steadier than E[x^2] - mean^2, which cancels badly when |mean| >> std.
+    """
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
     cols = tl.arange(0, BLOCK_N)[None, :]
     mask = (rows < n_rows) & (cols < N)
@@ -116,6 +146,7 @@ def layernorm_kernel(x_ptr, weight_ptr, bias_ptr, y_ptr, x_row_stride, y_row_str
     bias = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     y = centered * inv_std * weight + bias
     tl.store(y_ptr + rows * y_row_stride + cols, round_to(y, y_ptr.dtype.element_ty), mask=mask)
+# <<< STUDENT KERNEL
 
 
 def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
@@ -132,14 +163,24 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     return y.view(x.shape)
 
 
+# >>> STUDENT KERNEL gelu_kernel
 @triton.jit
 def gelu_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    """Exact GELU, elementwise: y = 0.5 * x * (1 + erf(x / sqrt(2))).
+
+    x, y: contiguous buffers of n_elements (any tensor viewed flat), same dtype.
+    Grid: (cdiv(n_elements, BLOCK_SIZE),); program p owns elements [p * BLOCK_SIZE, (p + 1) * BLOCK_SIZE).
+    Masking: offsets >= n_elements (the ragged last block) neither load nor store.
+    Hint: compute in fp32 with tl.math.erf and store in y's dtype. The checkpoint's "gelu" is the erf
+    form; the tanh approximation differs by up to ~1e-3, enough to flip bf16 roundings.
+    """
     offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     # The exact (erf) form, as nn.GELU() and the checkpoint's "gelu" use; not the tanh approximation.
     y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
     tl.store(y_ptr + offsets, round_to(y, y_ptr.dtype.element_ty), mask=mask)
+# <<< STUDENT KERNEL
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
@@ -152,14 +193,24 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
     return y.view(x.shape)
 
 
+# >>> STUDENT KERNEL silu_kernel
 @triton.jit
 def silu_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    """SiLU (swish), elementwise: y = x * sigmoid(x) = x / (1 + exp(-x)).
+
+    x, y: contiguous buffers of n_elements, same dtype.
+    Grid: (cdiv(n_elements, BLOCK_SIZE),); program p owns elements [p * BLOCK_SIZE, (p + 1) * BLOCK_SIZE).
+    Masking: offsets >= n_elements neither load nor store.
+    Hint: in fp32, x / (1 + exp(-x)) behaves at both ends: for very negative x, exp(-x) overflows to
+    inf and y becomes -0; for large x, exp(-x) -> 0 and y -> x. No special cases needed.
+    """
     offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     # x * sigmoid(x); for very negative x, exp(-x) overflows to inf and y correctly becomes -0.
     y = x / (1.0 + tl.exp(-x))
     tl.store(y_ptr + offsets, round_to(y, y_ptr.dtype.element_ty), mask=mask)
+# <<< STUDENT KERNEL
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
@@ -172,11 +223,24 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     return y.view(x.shape)
 
 
+# >>> STUDENT KERNEL linear_kernel_tf32
 @triton.jit
 def linear_kernel_tf32(
     x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
+    """out = x @ w^T + bias (nn.Linear), one (BLOCK_M, BLOCK_N) output tile per program.
+
+    x: (M, K), row stride stride_xm; w: (N, K), row stride stride_wn (row n is output feature n);
+    bias: (N,) or None; out: (M, N), row stride stride_om. Last dims contiguous.
+    Grid: (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)). Program (i, j) owns out rows i*BLOCK_M.. and columns
+    j*BLOCK_N.., and walks K in BLOCK_K steps: acc (fp32) += x_tile (BLOCK_M, BLOCK_K) @ w_tile^T.
+    Masking: rows >= M, columns >= N and the ragged end of K load 0.0 (zeros add nothing to a dot);
+    the store masks rows >= M and columns >= N.
+    Hint: load w as a (BLOCK_N, BLOCK_K) tile along its contiguous K axis and tl.trans it for
+    tl.dot(..., input_precision="tf32"). Under TRITON_INTERPRET=1, widen bf16 tiles to fp32 before
+    tl.dot (the interpreter's dot mis-reads bf16; see _INTERPRETER in this file).
+    """
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -203,6 +267,7 @@ def linear_kernel_tf32(
         acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
     out_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], round_to(acc, out_ptr.dtype.element_ty), mask=out_mask)
+# <<< STUDENT KERNEL
 
 
 def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -219,8 +284,17 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return out
 
 
+# >>> STUDENT KERNEL softmax_kernel
 @triton.jit
 def softmax_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, N, BLOCK_N: tl.constexpr):
+    """Row softmax: y = exp(x - max(x)) / sum(exp(x - max(x))) over each row of N values.
+
+    x: (n_rows, N), row stride x_row_stride; y: (n_rows, N), row stride y_row_stride (last dims
+    contiguous); any float dtype, computed in fp32.
+    Grid: (n_rows,); program r handles row r whole in a BLOCK_N = next_power_of_2(N) tile.
+    Masking: padding lanes load -inf, so they never win the max and add exp(-inf) = 0 to the sum.
+    Hint: subtracting the row max first keeps every exponent <= 0: no overflow whatever the logits.
+    """
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
@@ -230,6 +304,7 @@ def softmax_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, N, BLOCK_N: tl.cons
     numerator = tl.exp(x - tl.max(x, axis=0))
     y = numerator / tl.sum(numerator, axis=0)
     tl.store(y_ptr + row * y_row_stride + cols, round_to(y, y_ptr.dtype.element_ty), mask=mask)
+# <<< STUDENT KERNEL
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -786,10 +861,10 @@ def greedy_head(
 
 
 def _self_check():
-    on_gpu = torch.cuda.is_available() and not INTERPRET
-    if not on_gpu and not INTERPRET:
-        raise SystemExit("no GPU: run with TRITON_INTERPRET=1")
-    device = "cuda" if on_gpu else "cpu"
+    from glm_asr_common.teaching import SelfCheck
+
+    check = SelfCheck("layers.py", INTERPRET)
+    on_gpu, device = check.on_gpu, check.device
     gen = torch.Generator().manual_seed(int(time.time()))
     bf16, fp32 = torch.bfloat16, torch.float32
 
@@ -807,56 +882,59 @@ def _self_check():
     eps = 1e-5
     F_enc = 4 * E if on_gpu else 48
     E_gemm = E if on_gpu else 40
-    cases = []  # (name, launch, reference, shape, rel tolerance)
 
+    # Course kernels, one launcher each.
     x = rand(rows, H)
     w = rand(H)
-    cases.append(("rmsnorm", lambda: rmsnorm(x, w, eps),
-                  lambda: f32(x) * torch.rsqrt(f32(x).pow(2).mean(-1, keepdim=True) + eps) * f32(w),
-                  f"{rows}x{H} bf16", 1e-2))
+    check.check("rmsnorm_kernel", lambda: rmsnorm(x, w, eps),
+                lambda: f32(x) * torch.rsqrt(f32(x).pow(2).mean(-1, keepdim=True) + eps) * f32(w),
+                f"{rows}x{H} bf16", 1e-2)
     xe, we, be = rand(tokens, E), rand(E), rand(E)
-    cases.append(("layernorm", lambda: layernorm(xe, we, be, eps),
-                  lambda: torch.nn.functional.layer_norm(f32(xe), (E,), f32(we), f32(be), eps),
-                  f"{tokens}x{E} bf16", 1e-2))
+    check.check("layernorm_kernel", lambda: layernorm(xe, we, be, eps),
+                lambda: torch.nn.functional.layer_norm(f32(xe), (E,), f32(we), f32(be), eps),
+                f"{tokens}x{E} bf16", 1e-2)
     xg = rand(tokens, F_enc)
-    cases.append(("gelu", lambda: gelu(xg), lambda: torch.nn.functional.gelu(f32(xg)), f"{tokens}x{F_enc} bf16", 1e-2))
+    check.check("gelu_kernel", lambda: gelu(xg), lambda: torch.nn.functional.gelu(f32(xg)),
+                f"{tokens}x{F_enc} bf16", 1e-2)
     xs = rand(rows, F, dtype=fp32)
-    cases.append(("silu", lambda: silu(xs), lambda: torch.nn.functional.silu(xs), f"{rows}x{F} fp32", 1e-5))
+    check.check("silu_kernel", lambda: silu(xs), lambda: torch.nn.functional.silu(xs), f"{rows}x{F} fp32", 1e-5)
     xl, wl, bl = rand(tokens, E_gemm, dtype=fp32), rand(E_gemm, E_gemm, dtype=fp32), rand(E_gemm, dtype=fp32)
-    cases.append(("linear_tf32", lambda: linear_tf32(xl, wl, bl), lambda: xl.double() @ wl.double().T + bl.double(),
-                  f"{tokens}x{E_gemm}x{E_gemm} fp32", 3e-3))
+    check.check("linear_kernel_tf32", lambda: linear_tf32(xl, wl, bl),
+                lambda: xl.double() @ wl.double().T + bl.double(), f"{tokens}x{E_gemm}x{E_gemm} fp32", 3e-3)
     xm = rand(rows, tokens, dtype=fp32, scale=4.0)
-    cases.append(("softmax", lambda: softmax(xm), lambda: torch.softmax(xm.double(), -1), f"{rows}x{tokens} fp32", 1e-5))
+    check.check("softmax_kernel", lambda: softmax(xm), lambda: torch.softmax(xm.double(), -1),
+                f"{rows}x{tokens} fp32", 1e-5)
 
+    # Production kernels the model calls.
     w1, b1 = rand(F_enc, E_gemm, scale=E_gemm**-0.5), rand(F_enc)
     x1 = rand(tokens, E_gemm)
-    cases.append(("linear+gelu", lambda: linear(x1, w1, b1, activation="gelu"),
-                  lambda: torch.nn.functional.gelu(f32(x1) @ f32(w1).T + f32(b1)),
-                  f"{tokens}x{E_gemm}->{F_enc} bf16", 1e-2))
+    check.check("fused_linear_kernel[gelu]", lambda: linear(x1, w1, b1, activation="gelu"),
+                lambda: torch.nn.functional.gelu(f32(x1) @ f32(w1).T + f32(b1)),
+                f"{tokens}x{E_gemm}->{F_enc} bf16", 1e-2)
     w2, b2, r2 = rand(E_gemm, F_enc, scale=F_enc**-0.5), rand(E_gemm), rand(tokens, E_gemm)
     x2 = rand(tokens, F_enc)
-    cases.append(("linear+residual", lambda: linear(x2, w2, b2, residual=r2),
-                  lambda: f32(x2) @ f32(w2).T + f32(b2) + f32(r2), f"{tokens}x{F_enc}->{E_gemm} bf16", 1e-2))
+    check.check("fused_linear_kernel[resid]", lambda: linear(x2, w2, b2, residual=r2),
+                lambda: f32(x2) @ f32(w2).T + f32(b2) + f32(r2), f"{tokens}x{F_enc}->{E_gemm} bf16", 1e-2)
     wd, rd = rand(H, F, scale=F**-0.5), rand(4, H)
-    for m in (1, 4):
+    for m, name in ((1, "gemv_kernel[M=1]"), (4, "fused_linear_kernel[M=4]")):
         xd = rand(m, F)
-        cases.append((f"linear M={m}", lambda xd=xd, m=m: linear(xd, wd, residual=rd[:m]),
-                      lambda xd=xd, m=m: f32(xd) @ f32(wd).T + f32(rd[:m]), f"{m}x{F}->{H} bf16", 1e-2))
+        check.check(name, lambda xd=xd, m=m: linear(xd, wd, residual=rd[:m]),
+                    lambda xd=xd, m=m: f32(xd) @ f32(wd).T + f32(rd[:m]), f"{m}x{F}->{H} bf16", 1e-2)
     wgu = rand(2 * F, H, scale=H**-0.5)
     for m in (rows, 1):
         xu = rand(m, H)
-        cases.append((f"swiglu_linear M={m}", lambda xu=xu: swiglu_linear(xu, wgu),
-                      lambda xu=xu: torch.nn.functional.silu(f32(xu) @ f32(wgu[:F]).T) * (f32(xu) @ f32(wgu[F:]).T),
-                      f"{m}x{H}->{F} bf16", 1e-2))
+        check.check(f"swiglu_linear[M={m}]", lambda xu=xu: swiglu_linear(xu, wgu),
+                    lambda xu=xu: torch.nn.functional.silu(f32(xu) @ f32(wgu[:F]).T) * (f32(xu) @ f32(wgu[F:]).T),
+                    f"{m}x{H}->{F} bf16", 1e-2)
     table = rand(V, H)
     audio = rand(rows // 2, H)
     ids = torch.randint(0, V, (rows,), generator=gen).to(device)
     audio_index = torch.full((rows,), -1, dtype=torch.int64)
     audio_index[3:3 + rows // 2] = torch.arange(rows // 2)
     audio_index = audio_index.to(device)
-    cases.append(("embed_tokens", lambda: embed_tokens(ids, table, audio, audio_index),
-                  lambda: torch.where(audio_index[:, None] >= 0, audio[audio_index.clamp(min=0)], table[ids]),
-                  f"{rows}x{H} bf16", 0.0))
+    check.check("embed_tokens_kernel", lambda: embed_tokens(ids, table, audio, audio_index),
+                lambda: torch.where(audio_index[:, None] >= 0, audio[audio_index.clamp(min=0)], table[ids]),
+                f"{rows}x{H} bf16", 0.0)
 
     # Greedy heads: judge the chosen id by its reference logit, so near-ties in bf16 still pass.
     banned = torch.tensor([V - 2, V - 1], device=device)
@@ -871,47 +949,21 @@ def _self_check():
         logits[:, banned] = float("-inf")
         return logits
 
+    def chosen_logit_gap(chosen, logits):
+        """(how far the chosen id's logit falls short of the row maximum, that / max |logit|)."""
+        logits = logits.double()
+        finite = logits.masked_fill(~torch.isfinite(logits), 0.0)
+        gap = (logits.max(-1).values - logits.gather(1, chosen[:, None].to(logits.device))[:, 0]).max().item()
+        return gap, gap / finite.abs().max().item()
+
     lg = rand(4, V, dtype=fp32)
     ids4 = torch.empty(4, dtype=torch.int64, device=device)
-    argmax_cases = [
-        ("greedy_head", lambda: greedy_head(xh, w, eps, w_lm, banned, suppress, ids_out), head_logits,
-         f"2x{H}->{V} bf16"),
-        ("argmax_rows", lambda: argmax_rows(lg, banned, suppress, ids4),
-         lambda: f32(lg).masked_fill(torch.isin(torch.arange(V, device=device), banned), float("-inf")),
-         f"4x{V} fp32"),
-    ]
-
-    def timed(fn):
-        if on_gpu:
-            return triton.testing.do_bench(fn, return_mode="median")
-        start = time.perf_counter()
-        fn()
-        return (time.perf_counter() - start) * 1e3
-
-    print(f"layers.py self-check on {'GPU ' + torch.cuda.get_device_name() if on_gpu else 'CPU (Triton interpreter)'}")
-    print(f"{'kernel':22} {'result':6} {'max abs err':>12} {'max rel err':>12}  {'shape':28} "
-          f"{'time ms' if on_gpu else 'interp. ms (1 call)':>20}")
-    failures = 0
-    for name, launch, reference, shape, tol in cases:
-        out = f32(launch())
-        ref = reference().to(torch.float64)
-        abs_err = (out.double() - ref).abs().max().item()
-        rel_err = abs_err / max(ref.abs().max().item(), 1e-30)
-        ok = bool(torch.isfinite(out).all()) and rel_err <= tol
-        failures += not ok
-        print(f"{name:22} {'PASS' if ok else 'FAIL':6} {abs_err:12.3e} {rel_err:12.3e}  {shape:28} {timed(launch):20.4f}")
-    for name, launch, logits_fn, shape in argmax_cases:
-        chosen = launch()
-        logits = logits_fn().double()
-        best = logits.max(-1).values
-        # The chosen id's reference logit falls short of the maximum by at most rounding.
-        abs_err = (best - logits.gather(1, chosen[:, None])[:, 0]).max().item()
-        rel_err = abs_err / logits.abs().max().item()
-        ok = rel_err <= 1e-2
-        failures += not ok
-        print(f"{name:22} {'PASS' if ok else 'FAIL':6} {abs_err:12.3e} {rel_err:12.3e}  {shape:28} {timed(launch):20.4f}")
-    if failures:
-        raise SystemExit(f"{failures} kernel(s) failed")
+    check.check("greedy_head", lambda: greedy_head(xh, w, eps, w_lm, banned, suppress, ids_out), head_logits,
+                f"2x{H}->{V} bf16", 1e-2, errors=chosen_logit_gap)
+    check.check("argmax_rows", lambda: argmax_rows(lg, banned, suppress, ids4),
+                lambda: f32(lg).masked_fill(torch.isin(torch.arange(V, device=device), banned), float("-inf")),
+                f"4x{V} fp32", 1e-2, errors=chosen_logit_gap)
+    check.finish()
 
 
 if __name__ == "__main__":

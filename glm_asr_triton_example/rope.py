@@ -23,13 +23,24 @@ compiled with ``enable_fp_fusion=False``: otherwise the compiler contracts "roun
 into one fused multiply-add (bf16 FMA on Hopper) and skips a rounding that torch performs.
 """
 
-import math
+import os
+import sys
 
 import torch
-import triton
-import triton.language as tl
 
-from ._triton_compat import INTERPRET, round_to
+if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/rope.py
+    # Import the package's siblings all the same, and without a GPU choose Triton's CPU interpreter
+    # now: it must be chosen before triton is imported.
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.dirname(_HERE))
+    __package__ = os.path.basename(_HERE)
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from ._triton_compat import INTERPRET, round_to  # noqa: E402
 
 @triton.jit
 def _rotate(x1, x2, cos, sin):
@@ -87,9 +98,21 @@ def _tokens_per_program(T: int) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
+# >>> STUDENT KERNEL compute_freqs_kernel
 @triton.jit
 def compute_freqs_kernel(cos_ptr, sin_ptr, max_positions, theta, stride_table,
                          ROTARY_DIM: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_P: tl.constexpr):
+    """RoPE tables: cos[p, i] = cos(p * inv_freq[i]), sin[p, i] = sin(p * inv_freq[i]),
+    inv_freq[i] = 1 / theta^(2i / ROTARY_DIM), for i < ROTARY_DIM / 2.
+
+    cos_ptr, sin_ptr: (max_positions, ROTARY_DIM // 2) fp32 tables, row stride stride_table.
+    Grid: (cdiv(max_positions, BLOCK_P),); program p fills rows p*BLOCK_P .. p*BLOCK_P + BLOCK_P - 1,
+    BLOCK_HALF = next_power_of_2(ROTARY_DIM // 2) frequency lanes each: a (BLOCK_P, BLOCK_HALF) tile.
+    Masking: positions >= max_positions and lanes >= ROTARY_DIM // 2 are not stored.
+    Hint: transformers builds inv_freq in fp32 and the angle as one fp32 product position * inv_freq;
+    match those roundings. Positions reach thousands of radians, where fast fp32 sin/cos lose digits:
+    evaluate cos/sin of that fp32 angle in fp64 and round once to fp32.
+    """
     pos = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     i = tl.arange(0, BLOCK_HALF)
     # inv_freq exactly as transformers builds it in fp32: 1 / theta ** (arange(0, dim, 2) / dim).
@@ -108,6 +131,7 @@ def compute_freqs_kernel(cos_ptr, sin_ptr, max_positions, theta, stride_table,
     offs = pos[:, None] * stride_table + i[None, :]
     tl.store(cos_ptr + offs, tl.cos(angle64).to(tl.float32), mask=mask)
     tl.store(sin_ptr + offs, tl.sin(angle64).to(tl.float32), mask=mask)
+# <<< STUDENT KERNEL
 
 
 def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -259,7 +283,7 @@ def rope_qkv_into_cache(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, 
 
 
 # --------------------------------------------------------------------------------------------------
-# Self-check: python -m glm_asr_triton_example.rope  (TRITON_INTERPRET=1 without a GPU)
+# Self-check: python glm_asr_triton_example/rope.py  (without a GPU: the Triton interpreter)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -280,48 +304,45 @@ def _torch_rope(x, cos, sin, rotary_dim):
 
 
 def _self_check():
-    on_gpu = torch.cuda.is_available()
-    if not on_gpu and not INTERPRET:
-        raise SystemExit("no GPU: run with TRITON_INTERPRET=1")
-    dev = "cuda" if on_gpu else "cpu"
-    torch.manual_seed(0)
+    from glm_asr_common.teaching import SelfCheck
 
-    def report(name, got, ref, shape, fn):
-        err = (got.double() - ref.double()).abs().max().item()
-        rel = err / max(ref.double().abs().max().item(), 1e-30)
-        ok = math.isfinite(err) and rel < (2e-6 if got.dtype == torch.float32 else 1e-2)
-        ms = triton.testing.do_bench(fn) if on_gpu else float("nan")
-        print(f"{name:28s} {'PASS' if ok else 'FAIL'}  abs {err:.2e}  rel {rel:.2e}  {str(shape):28s} "
-              + (f"{ms * 1e3:8.1f} us" if on_gpu else "(interpreter, untimed)"))
+    check = SelfCheck("rope.py", INTERPRET)
+    on_gpu, dev = check.on_gpu, check.device
+    torch.manual_seed(0)
 
     # Real sizes on a GPU (decoder tables to 8192, encoder 1500 frames), small ones in the interpreter.
     P, T, B = (8192, 1500, 1) if on_gpu else (64, 24, 2)
-    cos, sin = rope_tables(P, 128, 10000.0, dev)
-    rc, _ = _torch_tables(torch.arange(P, device=dev), 128, 10000.0)
-    report("compute_freqs_kernel", cos, rc, tuple(cos.shape), lambda: rope_tables(P, 128, 10000.0, dev))
+    check.check("compute_freqs_kernel", lambda: torch.cat(rope_tables(P, 128, 10000.0, dev)),
+                lambda: torch.cat(_torch_tables(torch.arange(P, device=dev), 128, 10000.0)),
+                f"({P}, 64) x2 fp32", 2e-6)
 
-    ecos, esin = rope_tables(T, 32, 10000.0, dev)
+    # The rotations read tables built by torch, so they are checked whatever compute_freqs_kernel does.
+    ecos, esin = _torch_tables(torch.arange(T, device=dev), 32, 10000.0)
     qkv = torch.randn(B, T, 3 * 20 * 64, device=dev, dtype=torch.bfloat16)
     qk = qkv[..., : 2 * 20 * 64].view(B, T, 40, 64)
     pos = torch.arange(T, device=dev)
-    c, s = _torch_tables(pos, 32, 10000.0)
-    ref = _torch_rope(qk, c[None].expand(B, -1, -1), s[None].expand(B, -1, -1), 32)
-    got = apply_rope(qk.clone(), ecos, esin, pos, 32)
-    report("rope_kernel (encoder q+k)", got, ref, tuple(qk.shape), lambda: apply_rope(qk, ecos, esin, pos, 32))
+    ref = _torch_rope(qk, ecos[None].expand(B, -1, -1), esin[None].expand(B, -1, -1), 32)
+    check.check("rope_kernel[encoder q+k]", lambda: apply_rope(qk.clone(), ecos, esin, pos, 32), lambda: ref,
+                f"{tuple(qk.shape)} bf16", 1e-2)
 
     Hq, Hkv, D, Tmax = 16, 4, 128, (1024 if on_gpu else 32)
     Tp = 400 if on_gpu else 12
+    cos, sin = _torch_tables(torch.arange(Tmax, device=dev), 128, 10000.0)
     qkv = torch.randn(B, Tp, (Hq + 2 * Hkv) * D, device=dev, dtype=torch.bfloat16)
     q_out = torch.empty(B, Tp, Hq, D, device=dev, dtype=torch.bfloat16)
     k_cache = torch.zeros(B, Hkv, Tmax, D, device=dev, dtype=torch.bfloat16)
     v_cache = torch.zeros_like(k_cache)
     cache_pos = torch.zeros(1, dtype=torch.int32, device=dev)
     kv_start = torch.zeros(B, dtype=torch.int32, device=dev)
-    rope_qkv_into_cache(qkv, Hq, Hkv, D, cos, sin, 128, q_out, k_cache, v_cache, cache_pos, kv_start)
-    c, s = _torch_tables(torch.arange(Tp, device=dev), 128, 10000.0)
+
+    def launch():
+        rope_qkv_into_cache(qkv, Hq, Hkv, D, cos, sin, 128, q_out, k_cache, v_cache, cache_pos, kv_start)
+        return q_out
+
+    c, s = cos[:Tp], sin[:Tp]
     ref_q = _torch_rope(qkv[..., : Hq * D].view(B, Tp, Hq, D), c[None].expand(B, -1, -1), s[None].expand(B, -1, -1), 128)
-    report("rope_qkv_to_cache_kernel", q_out, ref_q, tuple(qkv.shape),
-           lambda: rope_qkv_into_cache(qkv, Hq, Hkv, D, cos, sin, 128, q_out, k_cache, v_cache, cache_pos, kv_start))
+    check.check("rope_qkv_to_cache_kernel", launch, lambda: ref_q, f"{tuple(qkv.shape)} bf16", 1e-2)
+    check.finish()
 
 
 if __name__ == "__main__":
