@@ -70,6 +70,7 @@ class TritonGlmAsr:
         self.use_cuda_graph = True  # profilers switch it off to see per-layer kernels of a decode step
 
     # ---- audio encoder ------------------------------------------------------------------------
+    @torch.inference_mode()
     @region("encoder")
     def encode_audio(self, features: torch.Tensor) -> torch.Tensor:
         """(windows, mels, frames) log-mel → (windows, frames/2, hidden) after the final LayerNorm."""
@@ -100,6 +101,7 @@ class TritonGlmAsr:
         h = linear(h, layer.fc1_weight, layer.fc1_bias, activation="gelu")
         return linear(h, layer.fc2_weight, layer.fc2_bias, residual=x, out=x)
 
+    @torch.inference_mode()
     def project_audio(self, encoded: torch.Tensor) -> torch.Tensor:
         """Concatenate each 4 consecutive frames (a free view), then Linear·GELU·Linear."""
         windows, frames, _ = encoded.shape
@@ -150,6 +152,7 @@ class TritonGlmAsr:
         x = self._decoder_layers(self._prompt_embeddings(inputs), state, prompt_len, decode=False)
         return x.view(batch, prompt_len, -1)
 
+    @torch.inference_mode()
     def prefill_logits(self, inputs: ASRInputs) -> torch.Tensor:
         """Logits at every prompt position (batch, prompt_len, vocab)."""
         batch, prompt_len = inputs.input_ids.shape
