@@ -1,14 +1,17 @@
 """Command-line plumbing shared by benchmark_student.py, benchmark_detailed.py and demo.py."""
 
 import argparse
+import importlib
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from . import teaching
 from .audio import SAMPLE_RATE, load_audio
 from .checkpoint import DEFAULT_MODEL, DTYPES
 from .errors import UserError
@@ -58,6 +61,9 @@ def add_common_args(parser: argparse.ArgumentParser, runs_default: int):
     parser.add_argument("--min-new-tokens", type=non_negative_int, default=0,
                         help="ban eos until this many tokens exist (exact-length timing runs)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--allow-reference", metavar="KERNEL[,KERNEL...]|all",
+                        help="template folders: run the example's kernel in place of these unwritten ones "
+                             "(the results then say so; status never plain PASS)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
@@ -95,6 +101,13 @@ def write_json(path: str, data: dict):
         raise UserError(f"cannot write --json {path}: {e.strerror}") from None
 
 
+def folder_student_kernels(folder: str) -> tuple[str, ...]:
+    """The folder's STUDENT_KERNELS (from its __init__.py, which imports no kernels), or ()."""
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    return tuple(getattr(importlib.import_module(folder), "STUDENT_KERNELS", ()))
+
+
 @dataclass
 class Session:
     """A loaded track model, its checkpoint and one prepared input batch."""
@@ -117,6 +130,9 @@ def open_session(args, folder: str, log=print) -> Session:
     if args.min_new_tokens > args.max_new_tokens:
         raise UserError(f"--min-new-tokens {args.min_new_tokens} exceeds --max-new-tokens {args.max_new_tokens}")
     check_json_path(args.json)
+    # Before the model loads: loading already launches kernels (the RoPE tables).
+    name = folder.rstrip("/").split("/")[-1]
+    teaching.allow_references(getattr(args, "allow_reference", None), folder_student_kernels(name), name)
     device = resolve_device(args.device)
     if device == "cpu":
         # No GPU: Triton kernels run in the interpreter; must be set before the track imports triton.

@@ -210,6 +210,8 @@ class SelfCheck:
         c = self.counts
         print(f"{c['PASS']} passed, {c['FAIL']} failed, {c['TODO']} TODO")
         for todo in self.todo.values():
-            print(f"  TODO {todo.kernel}: {todo.file}, guide {todo.guide}")
+            print(f"  to write: {todo.kernel} in {todo.file} (guide: {todo.guide})")
+        if self.todo:
+            print("Write a kernel's body, replace its @student_kernel(...) line with @triton.jit, run this again.")
         if c["FAIL"]:
             raise SystemExit(1)

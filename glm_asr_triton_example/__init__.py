@@ -1,8 +1,8 @@
-"""GLM-ASR-Nano-2512 with every forward op a Triton kernel: the complete Triton track.
+"""GLM-ASR-Nano-2512 with every forward op a Triton kernel (the Triton track).
 
-``STUDENT_KERNELS`` lists the course kernels a student writes in glm_asr_triton_template/ (generated
-from this folder by utils/make_template.py): in this folder each sits between
-``# >>> STUDENT KERNEL name`` and ``# <<< STUDENT KERNEL`` markers.
+``STUDENT_KERNELS`` lists the course kernels students write, the one list every tool reads
+(utils/make_template.py, ``--allow-reference``, the tests). In the example each of them sits between
+``# >>> STUDENT KERNEL name`` and ``# <<< STUDENT KERNEL`` markers; in the template each is a TODO.
 """
 
 STUDENT_KERNELS = (

@@ -1,0 +1,70 @@
+# Generated from glm_asr_triton_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
+"""Three gaps of Triton 3.6's CPU interpreter (TRITON_INTERPRET=1), closed for this package's kernels.
+
+1. The interpreter truncates fp32 -> bf16 casts, where the GPU (and torch) round to nearest even.
+   ``round_to`` is the cast to use wherever a kernel's bf16 rounding must match torch; on a GPU it
+   compiles to the plain cast.
+2. The interpreter's ``tl.dot`` multiplies bf16 operands as their raw 16-bit integer patterns.
+   ``dot`` widens them to fp32 first (exact: a bf16 x bf16 product fits fp32), under the
+   interpreter only; on a GPU it is ``tl.dot`` on the tensor cores.
+3. With NumPy >= 2.4 the interpreter cannot turn a run-time scalar into a Python int, so every loop
+   with a run-time bound (``range(0, n, BLOCK)``) fails (triton-lang/triton#9171, fixed after 3.6).
+   Importing this module under the interpreter patches that conversion.
+"""
+
+import os
+
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_INTERPRET = tl.constexpr(INTERPRET)
+
+# How fp32 operands meet the tensor cores in every tl.dot of this package: "tf32" (10-bit mantissa,
+# fastest), "tf32x3" (three tf32 products, about fp32 accuracy) or "ieee" (no tensor cores). bf16
+# operands ignore it. Set GLM_ASR_FP32_PRECISION to compare; the interpreter always computes in fp32.
+FP32_PRECISION = os.environ.get("GLM_ASR_FP32_PRECISION", "tf32")
+if FP32_PRECISION not in ("tf32", "tf32x3", "ieee"):
+    raise ValueError(f"GLM_ASR_FP32_PRECISION must be tf32, tf32x3 or ieee, not {FP32_PRECISION!r}")
+_FP32_PRECISION = tl.constexpr("ieee" if INTERPRET else FP32_PRECISION)
+
+
+@triton.jit
+def round_to(x, dtype: tl.constexpr):
+    """fp32 ``x`` cast to ``dtype``, rounding to nearest even as the GPU and torch do."""
+    if _INTERPRET and dtype == tl.bfloat16:
+        # Add half a bf16 ulp (ties to even) to the fp32 bits and clear the 16 bits bf16 drops, so
+        # the interpreter's truncating cast below is exact.
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)
+
+
+@triton.jit
+def dot(a, b, acc):
+    """acc + a @ b accumulated in fp32 (acc None: from zero); fp32 operands at FP32_PRECISION."""
+    if _INTERPRET and a.dtype == tl.bfloat16:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, acc, input_precision=_FP32_PRECISION)
+
+
+def _patch_scalar_index():
+    from triton.runtime import interpreter
+
+    patch_tensor = interpreter._patch_lang_tensor
+    if getattr(patch_tensor, "_scalar_index_fixed", False):
+        return
+
+    def patched(tensor, scope):
+        patch_tensor(tensor, scope)
+        # Scalars are 1-element arrays in the interpreter; take the element explicitly.
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._scalar_index_fixed = True
+    interpreter._patch_lang_tensor = patched
+
+
+if INTERPRET:
+    _patch_scalar_index()
