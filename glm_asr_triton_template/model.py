@@ -13,10 +13,14 @@ Read top to bottom:
                   QKV GEMM → RoPE + KV-cache write → attention (causal flash for the prompt, split-K
                   flash-decoding for one new token) → O GEMM (+residual) → RMSNorm → fused gate/up
                   GEMM with SwiGLU → down GEMM (+residual)] → RMSNorm + lm_head + argmax fused
-  generate        prefill once, then one decode step per token; on CUDA the step is captured once in
-                  a CUDA graph and replayed, its inputs (token, cache position, eos ban) living on
-                  the device.
+  generate        the prompt phase (encoder → first token) once, then one decode step per token. On
+                  CUDA both are CUDA graphs, captured on first use and replayed: the prompt phase
+                  per input shape, the decode step per batch and cache size, its inputs (token,
+                  cache position, eos ban) living on the device. Launched from Python one by one,
+                  the ~300 kernels of the prompt phase would keep the GPU waiting on the host.
 """
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -36,6 +40,15 @@ from .weight_loader import load_weights
 CACHE_GRANULE = 256
 
 
+@dataclass
+class PromptBuffers:
+    """One batch's inputs on the device: fresh each eager call, static inside a captured prompt graph."""
+
+    features: torch.Tensor  # (windows, mels, frames) in the model dtype
+    ids: torch.Tensor  # (batch · prompt_len,) int64
+    audio_index: torch.Tensor  # (batch · prompt_len,) int64, −1 for text tokens
+
+
 class DecodeState:
     """Static buffers of one (batch, cache length): the KV cache and the decode step's inputs/outputs."""
 
@@ -51,7 +64,8 @@ class DecodeState:
         # [cache slot of the new token, valid cache length, ban eos]: one host→device copy per step.
         self.counters = torch.zeros(3, dtype=torch.int32, device=device)
         self.cache_pos, self.valid_len, self.ban_eos = (self.counters[i:i + 1] for i in range(3))
-        self.graph = None
+        self.graph = None  # the decode step
+        self.prompt_graphs = {}  # (features shape, ids shape) → (PromptBuffers, graph) of the prompt phase
 
     def set_counters(self, cache_pos: int, valid_len: int, ban_eos: bool):
         self.counters.copy_(torch.tensor([cache_pos, valid_len, int(ban_eos)], dtype=torch.int32))
@@ -133,12 +147,19 @@ class TritonGlmAsr:
                 x = linear(swiglu_linear(h, layer.gate_up_weight), layer.down_weight, residual=x, out=x)
         return x
 
-    def _prompt_embeddings(self, inputs: ASRInputs) -> torch.Tensor:
-        audio = self.project_audio(self.encode_audio(torch.from_numpy(inputs.input_features)))
-        ids = torch.from_numpy(inputs.input_ids.reshape(-1)).to(self.device)
-        audio_index = torch.from_numpy(inputs.audio_index.reshape(-1)).to(self.device)
+    def _upload(self, inputs: ASRInputs) -> PromptBuffers:
+        return PromptBuffers(
+            features=torch.from_numpy(inputs.input_features).to(self.device, self.dtype),
+            ids=torch.from_numpy(inputs.input_ids.reshape(-1)).to(self.device),
+            audio_index=torch.from_numpy(inputs.audio_index.reshape(-1)).to(self.device),
+        )
+
+    def _prompt_forward(self, prompt: PromptBuffers, state: DecodeState, batch: int, prompt_len: int):
+        """Device work only (so it can be captured): audio → embeddings → decoder over the prompt."""
+        audio = self.project_audio(self.encode_audio(prompt.features))
         with region("decoder.embed"):
-            return embed_tokens(ids, self.w.embed_tokens, audio.view(-1, audio.shape[-1]), audio_index)
+            x = embed_tokens(prompt.ids, self.w.embed_tokens, audio.view(-1, audio.shape[-1]), prompt.audio_index)
+        return self._decoder_layers(x, state, prompt_len, decode=False).view(batch, prompt_len, -1)
 
     def _state_for(self, batch: int, length: int) -> DecodeState:
         cache_len = -(-length // CACHE_GRANULE) * CACHE_GRANULE
@@ -146,21 +167,25 @@ class TritonGlmAsr:
             self.state = DecodeState(self.cfg, batch, cache_len, self.device, self.dtype)
         return self.state
 
-    def _prefill(self, inputs: ASRInputs, state: DecodeState, ban_eos: bool) -> torch.Tensor:
-        batch, prompt_len = inputs.input_ids.shape
+    @staticmethod
+    def _set_prompt(inputs: ASRInputs, state: DecodeState, ban_eos: bool):
         state.kv_start.copy_(torch.from_numpy(inputs.pad_lengths.astype(np.int32)))
-        state.set_counters(0, prompt_len, ban_eos)
-        x = self._decoder_layers(self._prompt_embeddings(inputs), state, prompt_len, decode=False)
-        return x.view(batch, prompt_len, -1)
+        state.set_counters(0, inputs.input_ids.shape[1], ban_eos)
 
     @torch.inference_mode()
     def prefill_logits(self, inputs: ASRInputs) -> torch.Tensor:
         """Logits at every prompt position (batch, prompt_len, vocab)."""
         batch, prompt_len = inputs.input_ids.shape
-        x = self._prefill(inputs, self._state_for(batch, prompt_len), ban_eos=False)
+        state = self._state_for(batch, prompt_len)
+        self._set_prompt(inputs, state, ban_eos=False)
+        x = self._prompt_forward(self._upload(inputs), state, batch, prompt_len)
         with region("decoder.head"):
             normed = rmsnorm(x.view(batch * prompt_len, -1), self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps)
             return lm_head_logits(normed, self.w.lm_head).view(batch, prompt_len, -1)
+
+    def _first_token(self, prompt: PromptBuffers, state: DecodeState, batch: int, prompt_len: int):
+        """The whole prompt phase: encoder, projector, prefill, and the first greedy id into state.token_ids."""
+        self._greedy_head(self._prompt_forward(prompt, state, batch, prompt_len)[:, -1], state)
 
     def _decode_step(self, state: DecodeState):
         """One new token for every row: reads state.token_ids and the counters, overwrites token_ids."""
@@ -174,21 +199,37 @@ class TritonGlmAsr:
             greedy_head(last_hidden, self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps, self.w.lm_head,
                         self.eos_ids, state.ban_eos, state.token_ids)
 
-    def _capture_decode_graph(self, state: DecodeState):
-        """Record the decode step once; run it first on a side stream so Triton compiles outside capture.
-
-        It runs on scratch counters (slot 0, which the next prefill overwrites), so capturing
-        disturbs no real cache entry.
-        """
-        state.set_counters(0, 1, False)
+    @staticmethod
+    def _capture(work) -> torch.cuda.CUDAGraph:
+        """Run ``work`` once on a side stream (Triton compiles there, outside capture), then record it."""
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            self._decode_step(state)
+            work()
         torch.cuda.current_stream().wait_stream(stream)
-        state.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(state.graph):
-            self._decode_step(state)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            work()
+        return graph
+
+    def _run_prompt(self, inputs: ASRInputs, state: DecodeState, ban_eos: bool):
+        """Prompt phase, eagerly or (CUDA) as one graph per input shape: Python launches ~300 kernels
+        here, and at tens of microseconds each the GPU would otherwise wait on the host."""
+        batch, prompt_len = inputs.input_ids.shape
+        self._set_prompt(inputs, state, ban_eos)
+        if not (self.use_cuda_graph and self.device.type == "cuda"):
+            self._first_token(self._upload(inputs), state, batch, prompt_len)
+            return
+        key = (inputs.input_features.shape, inputs.input_ids.shape)
+        if key not in state.prompt_graphs:
+            prompt = self._upload(inputs)
+            graph = self._capture(lambda: self._first_token(prompt, state, batch, prompt_len))
+            state.prompt_graphs[key] = (prompt, graph)
+        prompt, graph = state.prompt_graphs[key]
+        prompt.features.copy_(torch.from_numpy(inputs.input_features))
+        prompt.ids.copy_(torch.from_numpy(inputs.input_ids.reshape(-1)))
+        prompt.audio_index.copy_(torch.from_numpy(inputs.audio_index.reshape(-1)))
+        graph.replay()
 
     @torch.inference_mode()
     def generate(self, inputs: ASRInputs, max_new_tokens: int, min_new_tokens: int = 0) -> list[list[int]]:
@@ -196,10 +237,11 @@ class TritonGlmAsr:
         batch, prompt_len = inputs.input_ids.shape
         state = self._state_for(batch, prompt_len + max_new_tokens)
         if self.use_cuda_graph and self.device.type == "cuda" and state.graph is None:
-            self._capture_decode_graph(state)
+            # Scratch counters: the step writes cache slot 0, which the prefill below overwrites.
+            state.set_counters(0, 1, False)
+            state.graph = self._capture(lambda: self._decode_step(state))
         with region("decoder.prefill"):
-            x = self._prefill(inputs, state, stop.ban_eos())
-            self._greedy_head(x[:, -1], state)
+            self._run_prompt(inputs, state, stop.ban_eos())
         while not stop.add(state.token_ids.tolist()):
             slot = prompt_len + stop.steps_taken - 1
             with region("decoder.step"):
