@@ -15,7 +15,11 @@ if [ $# -eq 0 ]; then
 fi
 case "$1" in
     -*) ;;
-    *) if [ ! -f "${1%/}/model.py" ]; then
+    *) if [ -d "${1%/}" ] && [ ! -f "${1%/}/model.py" ]; then
+           echo "error: ${1%/} is a placeholder with no implementation yet (see ${1%/}/README.md)" >&2
+           exit 2
+       fi
+       if [ ! -f "${1%/}/model.py" ]; then
            echo "error: unknown folder '$1'; available:" >&2
            folders >&2
            exit 2

@@ -16,7 +16,7 @@ from .audio import SAMPLE_RATE, load_audio
 from .checkpoint import DEFAULT_MODEL, DTYPES
 from .errors import UserError
 from .frontend import ASRInputs, prepare_inputs
-from .runtime import REPO_ROOT, Checkpoint, import_track, open_checkpoint, track_folders
+from .runtime import REPO_ROOT, Checkpoint, import_track, open_checkpoint, track_name
 
 DEFAULT_AUDIO = REPO_ROOT / "test_audio.wav"
 DEFAULT_EXPECTED = REPO_ROOT / "test_audio.txt"
@@ -125,8 +125,7 @@ class Session:
 
 def open_session(args, folder: str, log=print) -> Session:
     """Validate arguments, load audio, checkpoint, features and the folder's model, in that order."""
-    if folder.rstrip("/").split("/")[-1] not in track_folders():
-        raise UserError(f"unknown folder {folder!r}; choose one of: {', '.join(track_folders())}")
+    track_name(folder)
     if args.min_new_tokens > args.max_new_tokens:
         raise UserError(f"--min-new-tokens {args.min_new_tokens} exceeds --max-new-tokens {args.max_new_tokens}")
     check_json_path(args.json)

@@ -20,11 +20,19 @@ def track_folders() -> list[str]:
     return sorted(p.parent.name for p in REPO_ROOT.glob("glm_asr_*/model.py"))
 
 
+def track_name(folder: str) -> str:
+    """The track folder's name, or a UserError for a placeholder or an unknown folder."""
+    name = Path(folder.rstrip("/")).name
+    if name in track_folders():
+        return name
+    if name.startswith("glm_asr_") and (REPO_ROOT / name).is_dir():
+        raise UserError(f"{name} is a placeholder with no implementation yet (see {name}/README.md)")
+    raise UserError(f"unknown folder {folder!r}; choose one of: {', '.join(track_folders())}")
+
+
 def import_track(folder: str):
     """The folder's model module; it must define load_model(cfg, weights, device, dtype)."""
-    name = Path(folder.rstrip("/")).name
-    if name not in track_folders():
-        raise UserError(f"unknown folder {folder!r}; choose one of: {', '.join(track_folders())}")
+    name = track_name(folder)
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
     return importlib.import_module(f"{name}.model")

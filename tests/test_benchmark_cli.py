@@ -229,3 +229,12 @@ def test_shell_wrapper_rejects_unknown_folder():
     result = run_shell("glm_asr_nope")
     assert result.returncode == 2
     assert "unknown folder" in result.stderr and "glm_asr_scratch" in result.stderr
+
+
+def test_placeholder_folder_says_so(capsys):
+    assert_usage_error(["glm_asr_cutile_example"], capsys, "placeholder", "glm_asr_cutile_example/README.md")
+
+
+def test_shell_wrapper_explains_placeholder():
+    result = run_shell("glm_asr_cutile_template")
+    assert result.returncode == 2 and "placeholder" in result.stderr
