@@ -10,14 +10,13 @@ kernel that was launched: --allow-reference KERNEL|all runs the example's kernel
 """
 
 import statistics
-import sys
 import time
 
 import torch
 
 from glm_asr_common import teaching
 from glm_asr_common.cli import ArgumentParser, add_common_args, expected_text, open_session, write_json
-from glm_asr_common.errors import UserError, run_cli
+from glm_asr_common.errors import run_cli
 from glm_asr_common.frontend import decode
 from glm_asr_common.runtime import track_folders
 from glm_asr_common.scoring import accuracy, word_error_rate

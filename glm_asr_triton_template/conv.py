@@ -12,19 +12,13 @@ the transformer layers read, so the encoder needs no transpose.
 """
 
 import math
-import os
-import sys
 
 import torch
 
 if __name__ == "__main__":  # run as a script: python glm_asr_triton_template/conv.py
-    # Import the package's siblings all the same, and without a GPU choose Triton's CPU interpreter
-    # now: it must be chosen before triton is imported.
-    _HERE = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.dirname(_HERE))
-    __package__ = os.path.basename(_HERE)
-    if not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from _script import package_of
+
+    __package__ = package_of(__file__)
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402

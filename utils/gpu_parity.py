@@ -114,8 +114,6 @@ def main():
             rows.append(row)
             print(f"[{dtype_name}] {track}: logits rel err {row['rel_err_norm']:.2e} (norm), "
                   f"{row['rel_err_max']:.2e} (max); greedy agrees for {row['tokens_agree']}/{args.tokens} tokens")
-            del model
-        del hf, weights
     if args.json:
         Path(args.json).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
