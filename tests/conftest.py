@@ -61,3 +61,12 @@ def clips(tmp_path_factory) -> dict[str, pathlib.Path]:
     from tiny_checkpoint import make_clips
 
     return make_clips(tmp_path_factory.mktemp("clips"))
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt_sharded_fp16(tmp_path_factory) -> pathlib.Path:
+    """Sharded, float16 storage, untied: the third storage dtype the loader converts."""
+    from tiny_checkpoint import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt_sharded_fp16"), sharded=True,
+                                 storage_dtype="float16", tie_word_embeddings=False, seed=0)

@@ -238,3 +238,11 @@ def test_placeholder_folder_says_so(capsys):
 def test_shell_wrapper_explains_placeholder():
     result = run_shell("glm_asr_cutile_template")
     assert result.returncode == 2 and "placeholder" in result.stderr
+
+
+def test_missing_shard(tiny_ckpt_sharded_bf16, tmp_path, capsys):
+    target = tmp_path / "sharded"
+    shutil.copytree(tiny_ckpt_sharded_bf16, target)
+    shard = sorted(target.glob("model-*.safetensors"))[1]
+    shard.unlink()
+    assert_usage_error(["glm_asr_scratch", "--model", str(target)], capsys, "missing", shard.name)

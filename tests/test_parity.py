@@ -75,9 +75,9 @@ def test_natural_stop_at_eos_matches_transformers(track, tiny_ckpt, audio):
 
 
 @pytest.mark.parametrize("track", TRACKS)
-@pytest.mark.parametrize("variant", ["tiny_ckpt_sharded_bf16", "tiny_ckpt_tied"])
+@pytest.mark.parametrize("variant", ["tiny_ckpt_sharded_bf16", "tiny_ckpt_sharded_fp16", "tiny_ckpt_tied"])
 def test_storage_variants_match_transformers(track, variant, request, audio):
-    """Sharded bf16 storage upcast to fp32, and a tied lm_head, load and decode like transformers."""
+    """Sharded bf16 / fp16 storage upcast to fp32, and a tied lm_head, load and decode like transformers."""
     ckpt_dir = request.getfixturevalue(variant)
     model, ckpt = track_model(track, ckpt_dir)
     inputs = inputs_for(ckpt, [audio["short"]])
