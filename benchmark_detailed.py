@@ -10,11 +10,13 @@ Measurements, in this order, all after --warmup untimed transcriptions (compilat
   1. end to end: --runs transcriptions, synchronised (CUDA events on a GPU): median, quartiles, min/max;
   2. components: --runs transcriptions with region timers (glm_asr_common.profiling.RegionTimer: a CUDA
      event at every region entry/exit): encoder, projector, prefill, decode steps, per layer;
-  3. operators: one transcription under torch.profiler; every kernel attributed to its innermost region
-     (on a CPU: every torch op's self time), grouped per phase and kernel name, with FLOPs and bytes of
-     the logical operations (glm_asr_common.roofline) and a roofline verdict against measured peaks;
-  4. a track whose decode step is a CUDA graph (model.use_cuda_graph) is measured again with the graph
-     off for the per-layer split of a decode step (a replayed graph shows only whole steps).
+  3. operators: one transcription under torch.profiler, read from its Chrome trace; every kernel
+     attributed to its innermost region (on a CPU: every torch op's self time), grouped per phase and
+     kernel name, with FLOPs and bytes of the logical operations (glm_asr_common.roofline) and a
+     roofline verdict against measured peaks;
+  4. a track that replays CUDA graphs (model.use_cuda_graph: the decode step, maybe the whole prompt
+     phase) is measured again with the graphs off: the per-layer split (no region runs inside a
+     replay), and the eager kernel order that places each replayed kernel in its region.
 Exit codes: 0 done, 2 bad input (one line on stderr).
 """
 
@@ -42,7 +44,8 @@ from glm_asr_common.cli import (ArgumentParser, add_common_args, check_json_path
                                 resolve_device, write_json)
 from glm_asr_common.errors import UserError, run_cli
 from glm_asr_common.frontend import decode as decode_text
-from glm_asr_common.profiling import aggregate, component_of, profile_run, quartiles, summarize, timed_run
+from glm_asr_common.profiling import (aggregate, component_of, profile_run, quartiles, split_graph_replays, summarize,
+                                      timed_run)
 from glm_asr_common.runtime import REPO_ROOT, track_folders
 
 PHASE_LABEL = {"encoder": "encoder", "projector": "projector", "prefill": "prefill", "decode": "decode",
@@ -250,8 +253,8 @@ def measure(session, args, label: str) -> dict:
     result = {"e2e": e2e, "tokens": tokens, "components": aggregate(component_runs), "profile": profiled,
               "graph": None}
     if device == "cuda" and getattr(model, "use_cuda_graph", False):
-        print(f"[{label}] the decode step is a CUDA graph: measuring again with use_cuda_graph=False "
-              "for the per-layer split of a decode step")
+        print(f"[{label}] the model replays CUDA graphs: measuring again with use_cuda_graph=False for the "
+              "per-region split of what the graphs run")
         model.use_cuda_graph = False
         try:
             timed_generate(model, inputs, args, device)
@@ -260,24 +263,43 @@ def measure(session, args, label: str) -> dict:
             prof = profile_run(lambda: model.generate(inputs, args.max_new_tokens, args.min_new_tokens)[0], device)
         finally:
             model.use_cuda_graph = True
+        # The replayed kernels of the profiled run, placed in the regions they have in the eager run.
+        split_graph_replays(profiled, prof)
         result["graph"] = {"components": aggregate(runs), "profile": prof}
     return result
 
 
+def needs_cupti_before_graphs() -> bool:
+    """CUDA before 12 can break a graph captured before CUPTI first attached (pytorch issue 75504, the
+    reason for torch.profiler._utils._init_for_cuda_graphs). On CUDA 12+ a profiler started after the
+    capture records the replayed kernels (checked on an H200, CUDA 13), so nothing is opened early."""
+    version = getattr(torch.version, "cuda", None)
+    if getattr(torch.version, "hip", None) or not version:
+        return False
+    try:
+        return int(str(version).split(".")[0]) < 12
+    except ValueError:
+        return False
+
+
 def init_profiler_for_cuda_graphs():
-    """Start CUPTI (an empty CPU+CUDA profiler session) before any model captures a CUDA graph: a profiler
-    that first attaches after a capture can invalidate the captured graph (the idea of PyTorch's own
-    torch.profiler._utils._init_for_cuda_graphs, with the CUDA activity asked for explicitly)."""
-    if getattr(torch.version, "hip", None):
-        return
+    """On old CUDA only: attach CUPTI (an empty CPU+CUDA profiler session) before any graph is captured."""
+    if not needs_cupti_before_graphs():
+        return False
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
         pass
+    return True
 
 
 def kernel_summary(profile) -> dict:
     return summarize(profile.regions, profile.wall_ms)
+
+
+def has_kernels(profile) -> bool:
+    """Whether a profiled run recorded any device work besides copies."""
+    return any(roofline.kernel_class(k.name) != "copy" for k in profile.kernels)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,21 +428,29 @@ def build_report(session, args, measured: dict, peaks, label: str) -> dict:
     q1, med, q3 = quartiles(e2e)
     comp = measured["components"]
     prof = measured["profile"]
-    kern = kernel_summary(prof)
     graph = measured["graph"]
+    op_note = ""
+    if graph and not has_kernels(prof) and has_kernels(graph["profile"]):
+        # The profiler recorded no kernel of the graphed run (a CUPTI problem): use the eager run's.
+        prof = graph["profile"]
+        op_note = ("the profiler recorded no kernels in the run with CUDA graphs, so kernels come from the "
+                   "use_cuda_graph=False run")
+        print(f"[{label}] note: {op_note}")
+    elif prof.replayed_split[1]:
+        placed, replayed = prof.replayed_split
+        op_note = (f"{placed} of {replayed} kernels replayed from CUDA graphs are placed in the region they run in "
+                   "with use_cuda_graph=False (matched by name and order)"
+                   + (f"; the other {replayed - placed} count for the region around the replay" if placed < replayed
+                      else ""))
+    op_profile = prof
+    kern = kernel_summary(prof)
     gcomp = graph["components"] if graph else None
     gkern = kernel_summary(graph["profile"]) if graph else None
     tokens = prof.tokens or measured["tokens"]
     steps = int(kern["decode.steps"]) if kern["decode.steps"] else max(len(tokens) - 1, 0)
     dtype = args.dtype
-    op_profile, op_note = prof, ""
-    if graph and steps and not any(k.region >= 0 and component_of(prof.regions.chain(k.region))[0] == "decode"
-                                   for k in prof.kernels):
-        # The profiler saw no kernel of the replayed decode graph: take the operators from the graph-off run.
-        op_profile = graph["profile"]
-        op_note = ("the profiler saw no kernels inside the replayed CUDA graph, so these operators come from the "
-                   "use_cuda_graph=False run")
-        print(f"[{label}] note: {op_note}")
+    # A prompt phase replayed as one CUDA graph runs no region inside it in the timed runs.
+    prompt_graph = bool(graph) and comp["encoder"]["median"] == 0 and gcomp["encoder"]["median"] > 0
     ops = roofline.transcription_ops(cfg, windows=inputs.input_features.shape[0],
                                      mel_frames=inputs.input_features.shape[-1], prompt_len=inputs.input_ids.shape[1],
                                      decode_steps=steps, dtype=dtype, batch=inputs.batch_size)
@@ -434,23 +464,24 @@ def build_report(session, args, measured: dict, peaks, label: str) -> dict:
 
     total, total_q1, total_q3 = m(comp, "total")  # end to end of the region-timed runs themselves
 
-    def add(name, key, level, note="", from_graph_off=False):
+    def add(name, key, level, note="", from_graph_off=False, in_graph=False):
         src, ksrc = (gcomp, gkern) if from_graph_off else (comp, kern)
         wm, wq1, wq3 = m(src, key)
         rows.append({"name": name, "key": key, "level": level, "wall_ms": wm, "q1_ms": wq1, "q3_ms": wq3,
                      "pct": 100 * wm / total if total else 0.0, "kernel_ms": ksrc.get(key, 0.0),
-                     "note": note, "graph_off": from_graph_off})
+                     "note": note, "graph_off": from_graph_off, "in_graph": in_graph})
 
-    n_enc, n_pre = len(comp["layers.encoder"]), len(comp["layers.prefill"])
-    add("encoder", "encoder", 0)
+    lcomp = gcomp if prompt_graph else comp  # per-layer walls of the prompt phase
+    n_enc, n_pre = len(lcomp["layers.encoder"]), len(lcomp["layers.prefill"])
+    add("encoder", "encoder", 0, in_graph=prompt_graph)
     for part, name in (("conv", "conv"), ("layers", f"layers ({n_enc})"), ("norm", "norm"),
                        ("other", "other (in encoder, between parts)")):
-        add(name, f"encoder.{part}", 1)
-    add("projector", "projector", 0)
+        add(name, f"encoder.{part}", 1, from_graph_off=prompt_graph)
+    add("projector", "projector", 0, in_graph=prompt_graph)
     add(f"prefill ({inputs.input_ids.shape[1]}-token prompt)", "prefill", 0)
     for part, name in (("embed", "embed"), ("layers", f"layers ({n_pre})"), ("head", "head"),
                        ("other", "other (in prefill, between parts)")):
-        add(name, f"prefill.{part}", 1)
+        add(name, f"prefill.{part}", 1, from_graph_off=prompt_graph)
     add(f"decode ({steps} steps)", "decode", 0)
     for part, name in (("embed", "embed"), ("layers", "layers"), ("head", "head"), ("other", "other (in steps)")):
         add(name, f"decode.{part}", 1, from_graph_off=graph is not None)
@@ -461,11 +492,13 @@ def build_report(session, args, measured: dict, peaks, label: str) -> dict:
     total_sum = sum(r["wall_ms"] for r in top)
     kernel_sum = sum(r["kernel_ms"] for r in top)
     step = comp["decode.step_median"]
+    lkern = gkern if prompt_graph else kern
     layers = {
-        "encoder": comp["layers.encoder"], "prefill": comp["layers.prefill"],
+        "encoder": lcomp["layers.encoder"], "prefill": lcomp["layers.prefill"],
         "decode": (gcomp or comp)["layers.decode"],
+        "prompt_source": ("use_cuda_graph=False runs" if prompt_graph else "the same runs"),
         "decode_source": ("use_cuda_graph=False runs" if graph else "the same runs"),
-        "encoder_kernel_ms": kern["layers.encoder"], "prefill_kernel_ms": kern["layers.prefill"],
+        "encoder_kernel_ms": lkern["layers.encoder"], "prefill_kernel_ms": lkern["layers.prefill"],
         "decode_kernel_ms": (gkern or kern)["layers.decode"],
     }
     processor = session.checkpoint.processor
@@ -491,11 +524,13 @@ def build_report(session, args, measured: dict, peaks, label: str) -> dict:
         "layers": layers,
         "cuda_graph": None if not graph else {
             "step_ms_with_graph": step["median"], "step_ms_without_graph": gcomp["decode.step_median"]["median"],
-            "decode_ms_without_graph": gcomp["decode"]["median"]},
+            "decode_ms_without_graph": gcomp["decode"]["median"], "prompt_graph": prompt_graph,
+            "prompt_ms_with_graph": comp["prefill"]["median"],
+            "prompt_ms_without_graph": sum(gcomp[c]["median"] for c in ("encoder", "projector", "prefill")),
+            "replayed_kernels": op_profile.replayed_split[1], "replayed_kernels_placed": op_profile.replayed_split[0]},
         "operators": operators,
         "operator_classes": classes,
-        "operators_note": op_note or ("kernels of the replayed CUDA graph are listed under decode; per-layer decode "
-                                      "times come from use_cuda_graph=False runs" if graph else ""),
+        "operators_note": op_note,
         "kernel_time_ms": sum(k.ms for k in op_profile.kernels),
     }
     return report
@@ -544,7 +579,7 @@ def print_report(rep: dict, peaks, top: int = 30):
     print(f"\n== Components (median of {rep['runs']} runs with region timers; {kcol} from the profiled run) ==")
     rows = []
     for r in rep["components"]:
-        name = ("  " * r["level"]) + r["name"] + (" †" if r["graph_off"] else "")
+        name = ("  " * r["level"]) + r["name"] + (" †" if r["graph_off"] else "") + (" ‡" if r.get("in_graph") else "")
         rows.append([name, fmt_ms(r["wall_ms"]), f"{fmt_ms(r['q1_ms'])}-{fmt_ms(r['q3_ms'])}",
                      f"{r['pct']:.1f}%", fmt_ms(r["kernel_ms"])])
     t = rep["component_totals"]
@@ -572,16 +607,28 @@ def print_report(rep: dict, peaks, top: int = 30):
                  "remainder is only that medians do not add exactly.")
     if rep["cuda_graph"]:
         g = rep["cuda_graph"]
-        notes.append(f"† decode parts and per-layer decode times come from runs with use_cuda_graph=False (graph "
-                     f"replay hides layers): a step takes {fmt_ms(g['step_ms_with_graph'])} ms with the graph, "
+        what = "parts and per-layer times" if g.get("prompt_graph") else "decode parts and per-layer decode times"
+        notes.append(f"† {what} come from runs with use_cuda_graph=False (a graph replay runs no region inside "
+                     f"it): a step takes {fmt_ms(g['step_ms_with_graph'])} ms with the graph, "
                      f"{fmt_ms(g['step_ms_without_graph'])} ms without.")
+        if g.get("prompt_graph"):
+            notes.append(f"‡ ran inside the replayed prompt graph, so its wall time is in the prefill row "
+                         f"({fmt_ms(g['prompt_ms_with_graph'])} ms for the whole prompt phase; "
+                         f"{fmt_ms(g['prompt_ms_without_graph'])} ms without graphs).")
+        if g.get("replayed_kernels"):
+            placed, replayed = g["replayed_kernels_placed"], g["replayed_kernels"]
+            notes.append(f"kernel ms of replayed graphs: {placed} of {replayed} kernels placed in the region they "
+                         "run in with use_cuda_graph=False (same names, same order)"
+                         + ("; the rest count for the region around the replay." if placed < replayed else "."))
     for n in notes:
         print("  " + n)
 
     L = rep["layers"]
     n = max(len(L["encoder"]), len(L["prefill"]), len(L["decode"]))
     if n:
-        print(f"\n== Per layer (wall ms, median over runs; decode = median over steps, from {L['decode_source']}) ==")
+        source = (f"from {L['decode_source']}" if L.get("prompt_source", L["decode_source"]) == L["decode_source"]
+                  else f"encoder/prefill from {L['prompt_source']}, decode from {L['decode_source']}")
+        print(f"\n== Per layer (wall ms, median over runs; decode = median over steps; {source}) ==")
         rows = []
         for i in range(n):
             cell = lambda lst: fmt_ms(lst[i]) if i < len(lst) else ""

@@ -11,17 +11,21 @@ Three ways to read them, all here:
   CPU) at entry and exit, so a whole transcription splits into per-component times without the
   profiler's overhead (regions inside a CUDA graph capture are skipped: a replayed graph is timed as
   the region around ``replay()``).
-* ``parse_profile``: a torch.profiler trace of one transcription → every device kernel (on a CPU:
-  every torch op's self time) attributed to the innermost enclosing region, with the torch op that
-  launched it (for its class and recorded shapes).
+* ``parse_trace``: the Chrome trace torch.profiler writes for one transcription → every device kernel
+  (on a CPU: every torch op's self time) attributed to the innermost enclosing region, with the torch
+  op that launched it (for its class and recorded shapes); kernels replayed from a CUDA graph go to
+  the region around the replay, or, with ``split_graph_replays`` and an eager run of the same work,
+  to the regions they have there.
 * NVTX: ``GLM_ASR_NVTX=1`` in the environment turns the NVTX ranges on (``benchmark_detailed.py --nsys``).
 
 ``component_of`` maps a region and its ancestors to a component (encoder, projector, prefill, decode)
 and a part of it (conv / layers / norm; embed / layers / head); ``summarize`` adds instances up.
 """
 
+import json
 import os
 import statistics
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -277,6 +281,30 @@ def timed_run(model, inputs, max_new_tokens: int, min_new_tokens: int, device: s
 # ---------------------------------------------------------------------------------------------
 # torch.profiler trace → kernels attributed to regions
 # ---------------------------------------------------------------------------------------------
+#
+# The input is the profiler's Chrome trace (``export_chrome_trace``): the one form that holds the
+# same fields on every torch release. FunctionEvent attributes do not: activity_type and
+# linked_correlation_id only came to them in 2026 (pytorch PRs 177662, 178597), after the torch 2.11
+# of the H200 run whose Triton and graph-replayed kernels a FunctionEvent-based parser lost.
+# Events used ("ph": "X", ts/dur in µs):
+#
+#   cpu_op, user_annotation      host ops and record_function ranges (the regions), on (pid, tid),
+#                                args "External id" (and "Input Dims" / "Input type" / "Concrete Inputs")
+#   cuda_runtime, cuda_driver    launch calls on the host thread, args "correlation" (CUPTI's id)
+#   kernel, gpu_memcpy/memset    device work; args "correlation" = its launch call's, "External id" =
+#                                the host op around the launch, absent when there is none
+#
+# A kernel launched by a torch op links to it through "External id". One launched straight from a
+# region has no op around it, so no "External id": a Triton launcher (cuLaunchKernel[Ex]) and a
+# CUDA-graph replay (cudaGraphLaunch: every kernel of the graph carries the launch's correlation id).
+# Those are placed by the time of their launch call, in the innermost host range open then. A kernel
+# whose launch call is missing from the trace falls back on the innermost gpu_user_annotation (a
+# region's span on the kernel's stream) around it.
+
+HOST_CATEGORIES = ("cpu_op", "user_annotation")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+GPU_ANNOTATION = "gpu_user_annotation"  # a region's span on a stream; "External id" = the host range's
 
 
 @dataclass
@@ -289,6 +317,8 @@ class KernelRecord:
     torch_op: str | None   # outermost torch op below the region that launched it, if any
     cost: tuple | None     # (FLOPs, bytes) share from that op's recorded shapes, if known
     call: object = None    # CPU: the op call this self time belongs to (calls = distinct values); GPU: None
+    start: int = 0         # start in the trace's clock (ns): kernel order
+    replay: int | None = None  # correlation id of the CUDA-graph launch that replayed it, if one did
 
 
 @dataclass
@@ -298,18 +328,34 @@ class ProfileResult:
     wall_ms: float                 # the profiled transcription, synchronised (profiler overhead included)
     device: str
     tokens: list = field(default_factory=list)
+    replayed_split: tuple = (0, 0)  # (replayed kernels placed in eager regions, replayed kernels): split_graph_replays
 
 
-def _is_cpu(evt) -> bool:
-    return str(getattr(evt, "device_type", "CPU")).endswith("CPU")
+@dataclass
+class _Span:
+    name: str
+    cat: str
+    thread: tuple
+    start: int  # ns
+    end: int
+    args: dict
 
 
-def _activity(evt) -> str:
-    return str(getattr(evt, "activity_type", "") or "").lower()
+def _ns(us) -> int:
+    return int(round(float(us) * 1000))
+
+
+def load_trace(path) -> dict:
+    """A Chrome trace written by torch.profiler (``.json`` or ``.json.gz``)."""
+    import gzip
+
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
 
 
 def profile_run(fn, device: str, *, record_shapes: bool = True) -> ProfileResult:
-    """Run ``fn`` (one transcription returning its token list) under torch.profiler and parse it."""
+    """Run ``fn`` (one transcription returning its token list) under torch.profiler and parse its trace."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -320,66 +366,90 @@ def profile_run(fn, device: str, *, record_shapes: bool = True) -> ProfileResult
         tokens = fn()
         sync()
         wall_ms = (time.perf_counter() - start) * 1000
-    result = parse_profile(list(prof.events()), device, wall_ms)
+    with tempfile.TemporaryDirectory(prefix="glm_asr_trace_") as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        trace = load_trace(path)
+    result = parse_trace(trace, device, wall_ms)
     result.tokens = tokens
     return result
 
 
-def _regions_at(cpu, region_idx, times) -> list:
-    """Innermost region instance open at each time (None where the time is None, -1 outside all).
+def _innermost_at(spans: list, queries: list) -> list[int]:
+    """Index of the innermost span open at each (thread, ns) query, -1 where none is.
 
-    The regions of one transcription come from the Python thread that runs generate(), properly
-    nested, so a sweep over their start-ordered intervals with a stack answers every query.
+    The spans of one thread nest (one Python thread runs generate()), so a sweep over them in start
+    order with a stack answers every query of that thread.
     """
-    spans = sorted(((cpu[i].time_range.start, cpu[i].time_range.end, region_idx[i])
-                    for i in range(len(cpu)) if region_idx[i] >= 0), key=lambda s: (s[0], -s[1]))
-    order = sorted((t, q) for q, t in enumerate(times) if t is not None)
-    out: list = [None] * len(times)
-    stack, j = [], 0
-    for t, q in order:
-        while j < len(spans) and spans[j][0] <= t:
-            while stack and stack[-1][1] <= spans[j][0]:
+    out = [-1] * len(queries)
+    wanted: dict = {}
+    for q, (thread, t) in enumerate(queries):
+        wanted.setdefault(thread, []).append((t, q))
+    for thread, qs in wanted.items():
+        mine = sorted((s.start, -s.end, i) for i, s in enumerate(spans) if s.thread == thread)
+        stack, j = [], 0
+        for t, q in sorted(qs):
+            while j < len(mine) and mine[j][0] <= t:
+                while stack and spans[stack[-1]].end <= mine[j][0]:
+                    stack.pop()
+                stack.append(mine[j][2])
+                j += 1
+            while stack and spans[stack[-1]].end <= t:
                 stack.pop()
-            stack.append(spans[j])
-            j += 1
-        while stack and stack[-1][1] <= t:
-            stack.pop()
-        out[q] = stack[-1][2] if stack else -1
+            out[q] = stack[-1] if stack else -1
     return out
 
 
-def parse_profile(events, device: str, wall_ms: float) -> ProfileResult:
-    """Attribute kernels (CUDA) or torch-op self times (CPU) to the innermost enclosing region."""
+def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
+    """Attribute kernels (CUDA) or torch-op self times (CPU) of a Chrome trace to the innermost region.
+
+    ``trace``: the trace's JSON object (or its list of events). Kernels replayed from a CUDA graph go
+    to the region around the replay; ``split_graph_replays`` can place them further down.
+    """
     from .roofline import shape_cost, torch_op_class
 
-    # Host-side ops and annotations; device-runtime calls (cudaLaunchKernel ...) are linked to an op.
-    cpu = [e for e in events if _is_cpu(e) and not getattr(e, "is_async", False)
-           and getattr(e, "linked_correlation_id", 0) == 0
-           and _activity(e) not in ("cuda_runtime", "cuda_driver", "runtime", "driver")]
-    cpu.sort(key=lambda e: (e.thread, e.time_range.start, -e.time_range.end))
-    parent = [-1] * len(cpu)
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    host, launches, device_events, gpu_regions = [], {}, [], []
+    for e in events:
+        if e.get("ph") != "X" or "ts" not in e:
+            continue
+        cat = str(e.get("cat", "")).lower()
+        if cat not in HOST_CATEGORIES + LAUNCH_CATEGORIES + DEVICE_CATEGORIES + (GPU_ANNOTATION,):
+            continue
+        start = _ns(e["ts"])
+        span = _Span(str(e.get("name", "")), cat, (e.get("pid"), e.get("tid")), start,
+                     start + _ns(e.get("dur", 0)), e.get("args") or {})
+        if cat in HOST_CATEGORIES:
+            host.append(span)
+        elif cat == GPU_ANNOTATION:
+            if span.name in REGION_NAMES:
+                gpu_regions.append(span)
+        elif cat in LAUNCH_CATEGORIES:
+            if span.args.get("correlation") is not None:
+                launches[span.args["correlation"]] = span
+        else:
+            device_events.append(span)
+
+    # Host ranges in start order (parents before children), nested per thread.
+    host.sort(key=lambda s: (s.start, -s.end))
+    parent = [-1] * len(host)
     stacks: dict = {}
-    for i, e in enumerate(cpu):
-        stack = stacks.setdefault(e.thread, [])
-        while stack and cpu[stack[-1]].time_range.end <= e.time_range.start:
+    for i, s in enumerate(host):
+        stack = stacks.setdefault(s.thread, [])
+        while stack and host[stack[-1]].end <= s.start:
             stack.pop()
         parent[i] = stack[-1] if stack else -1
         stack.append(i)
 
-    def is_region(e) -> bool:
-        return e.name in REGION_NAMES and (getattr(e, "is_user_annotation", False) or
-                                           _activity(e) == "user_annotation" or not e.name.startswith("aten::"))
-
-    region_idx = [-1] * len(cpu)  # region instance index of each region event
-    region_of = [-1] * len(cpu)   # innermost region instance enclosing each event (itself for regions)
-    top_op = [-1] * len(cpu)      # outermost non-region op under that region (itself possible)
-    order = sorted(range(len(cpu)), key=lambda i: (cpu[i].time_range.start, -cpu[i].time_range.end))
+    region_idx = [-1] * len(host)  # region instance index of each region range
+    region_of = [-1] * len(host)   # innermost region instance enclosing each range (itself for regions)
+    top_op = [-1] * len(host)      # outermost non-region op under that region (itself possible)
     regions = Regions()
-    for i in order:  # parents come before children in start order
-        e, p = cpu[i], parent[i]
-        if is_region(e):
+    for i, s in enumerate(host):
+        p = parent[i]
+        if s.name in REGION_NAMES:
             region_idx[i] = len(regions.names)
-            regions.names.append(e.name)
+            regions.names.append(s.name)
             regions.parents.append(region_of[p] if p >= 0 else -1)
             regions.exclusive.append(0.0)
             region_of[i] = region_idx[i]
@@ -388,7 +458,7 @@ def parse_profile(events, device: str, wall_ms: float) -> ProfileResult:
             top_op[i] = i if (p < 0 or region_idx[p] >= 0) else top_op[p]
 
     def op_info(i):
-        """(torch op name, (flops, bytes) of the whole op) for CPU event i's outermost torch op."""
+        """(torch op name, (host index, (flops, bytes) of the whole op)) for host range i's outermost op."""
         t = top_op[i]
         if t < 0:
             return None, None
@@ -401,65 +471,64 @@ def parse_profile(events, device: str, wall_ms: float) -> ProfileResult:
                 break
             j = parent[j]
         chain.reverse()
-        name = next((cpu[k].name for k in chain if torch_op_class(cpu[k].name)), cpu[t].name)
-        cost = None
+        name = next((host[k].name for k in chain if torch_op_class(host[k].name)), host[t].name)
         for k in chain:
-            ev = cpu[k]
-            cost = shape_cost(ev.name, getattr(ev, "input_shapes", None), getattr(ev, "input_dtypes", None),
-                              getattr(ev, "concrete_inputs", None))
+            a = host[k].args
+            cost = shape_cost(host[k].name, a.get("Input Dims"), a.get("Input type"), a.get("Concrete Inputs"))
             if cost:
                 return name, (k, cost)
         return name, None
 
     kernels: list[KernelRecord] = []
-    owners: list[int] = []  # CPU event index whose op cost the kernel shares (-1 none)
+    owners: list[int] = []  # host range whose op cost the kernel shares (-1 none)
     if device == "cuda":
-        # Two id spaces: CPU ops carry torch's correlation ids (a kernel's linked_correlation_id points
-        # there), kernels and launch calls carry CUPTI's (a kernel's id is its launch call's id).
-        index_of = {e.id: i for i, e in enumerate(cpu)}
-        launches = {e.id: e for e in events if _is_cpu(e) and _activity(e) in ("cuda_runtime", "cuda_driver")}
-        device_events = [e for e in events if not _is_cpu(e) and e.name not in REGION_NAMES
-                         and any(a in _activity(e) for a in ("kernel", "memcpy", "memset"))]
-        if device_events and hasattr(device_events[0], "linked_correlation_id"):
-            # A record_function range pushes a *user* correlation id, so a kernel launched straight from
-            # a region (a Triton launcher, a CUDA-graph replay) is not linked to it: find the region
-            # from the time of its launch call (cudaLaunchKernel, cuLaunchKernel, cudaGraphLaunch).
-            launch_region = _regions_at(cpu, region_idx, [launches[e.id].time_range.start if e.id in launches
-                                                          else None for e in device_events])
-            for e, at_launch in zip(device_events, launch_region):
-                corr = getattr(e, "linked_correlation_id", 0)
-                i = index_of.get(corr, -1) if corr else -1
-                name, cost = op_info(i) if i >= 0 else (None, None)
-                region = at_launch if at_launch is not None else (region_of[i] if i >= 0 else -1)
-                kernels.append(KernelRecord(e.name, (e.time_range.end - e.time_range.start) / 1000, region, name,
-                                            cost[1] if cost else None))
-                owners.append(cost[0] if cost else -1)
-        else:  # older torch: kernels hang off the CPU op that launched them
-            for i, e in enumerate(cpu):
-                for k in getattr(e, "kernels", []):
-                    name, cost = op_info(i)
-                    kernels.append(KernelRecord(k.name, k.duration / 1000, region_of[i], name,
-                                                cost[1] if cost else None))
-                    owners.append(cost[0] if cost else -1)
+        by_external, region_by_external = {}, {}
+        for i, s in enumerate(host):
+            if s.args.get("External id") is not None:
+                (region_by_external if region_idx[i] >= 0 else by_external).setdefault(s.args["External id"], i)
+        device_events.sort(key=lambda s: s.start)
+        where, replay, queries, asked, unlaunched = [], [], [], [], []
+        for k, d in enumerate(device_events):
+            launch = launches.get(d.args.get("correlation"))
+            replay.append(d.args.get("correlation") if launch is not None and "graphlaunch" in launch.name.lower()
+                          else None)
+            i = by_external.get(d.args.get("External id"), -1)
+            if i < 0 and launch is not None:
+                queries.append((launch.thread, launch.start))
+                asked.append(k)
+            elif i < 0:
+                unlaunched.append(k)
+            where.append(i)
+        for k, i in zip(asked, _innermost_at(host, queries)):
+            where[k] = i
+        spans = _innermost_at(gpu_regions, [(device_events[k].thread, device_events[k].start) for k in unlaunched])
+        for k, a in zip(unlaunched, spans):
+            if a >= 0:
+                where[k] = region_by_external.get(gpu_regions[a].args.get("External id"), -1)
+        for d, i, rep in zip(device_events, where, replay):
+            name, cost = op_info(i) if i >= 0 else (None, None)
+            kernels.append(KernelRecord(d.name, (d.end - d.start) / 1e6, region_of[i] if i >= 0 else -1, name,
+                                        cost[1] if cost else None, start=d.start, replay=rep))
+            owners.append(cost[0] if cost else -1)
     else:
         # CPU: a "kernel" is a torch op's self time; a region's own self time is host Python.
-        child_time = [0.0] * len(cpu)
-        for i, e in enumerate(cpu):
+        child_time = [0] * len(host)
+        for i, s in enumerate(host):
             if parent[i] >= 0:
-                child_time[parent[i]] += e.time_range.end - e.time_range.start
-        for i, e in enumerate(cpu):
-            self_ms = max(0.0, (e.time_range.end - e.time_range.start - child_time[i]) / 1000)
+                child_time[parent[i]] += s.end - s.start
+        for i, s in enumerate(host):
+            self_ms = max(0.0, (s.end - s.start - child_time[i]) / 1e6)
             if self_ms <= 0:
                 continue
             if region_idx[i] >= 0:
                 kernels.append(KernelRecord("(host: Python between ops)", self_ms, region_idx[i], None, None,
-                                            ("region", i)))
+                                            ("region", i), start=s.start))
                 owners.append(-1)
             else:
                 # Grouped by the torch op the model called (aten::linear, not its aten::t/mm/copy_ inside).
                 name, cost = op_info(i)
-                kernels.append(KernelRecord(name or e.name, self_ms, region_of[i], name, cost[1] if cost else None,
-                                            ("op", top_op[i] if top_op[i] >= 0 else i)))
+                kernels.append(KernelRecord(name or s.name, self_ms, region_of[i], name, cost[1] if cost else None,
+                                            ("op", top_op[i] if top_op[i] >= 0 else i), start=s.start))
                 owners.append(cost[0] if cost else -1)
 
     # An op's shape cost is shared by the kernels it launched, in proportion to their time.
@@ -472,10 +541,82 @@ def parse_profile(events, device: str, wall_ms: float) -> ProfileResult:
         for k in group:
             flops, nbytes = k.cost
             k.cost = (flops * k.ms / total, nbytes * k.ms / total)
-    for k in kernels:
+    result = ProfileResult(regions, kernels, wall_ms, device)
+    _tally(result)
+    return result
+
+
+def _tally(result: ProfileResult):
+    """Each region instance's exclusive value = the kernel ms attributed to it."""
+    result.regions.exclusive = [0.0] * len(result.regions.names)
+    for k in result.kernels:
         if k.region >= 0:
-            regions.exclusive[k.region] += k.ms
-    return ProfileResult(regions, kernels, wall_ms, device)
+            result.regions.exclusive[k.region] += k.ms
+
+
+def split_graph_replays(graphed: ProfileResult, eager: ProfileResult) -> tuple[int, int]:
+    """Place kernels replayed from CUDA graphs in the regions the same work has when run eagerly.
+
+    Inside a replay no region runs, so ``parse_trace`` leaves its kernels in the region around the
+    replay (a whole prompt phase in decoder.prefill, a step in decoder.step). A graph replays the
+    launches of its capture in order, and the eager run (use_cuda_graph=False) launches the same
+    kernels under their regions: the n-th replay inside the n-th instance of region R is matched with
+    the kernels of the n-th eager instance of R, by name, in order (longest common subsequence), and
+    each matched kernel moves to a copy of its eager region, nested under R. Unmatched kernels stay in R.
+    Changes ``graphed`` in place; returns (kernels placed, replayed kernels).
+    """
+    import difflib
+
+    groups: dict = {}
+    for k in graphed.kernels:
+        if k.replay is not None:
+            groups.setdefault((k.replay, k.region), []).append(k)
+    total = sum(len(g) for g in groups.values())
+    regs, eregs = graphed.regions, eager.regions
+    seen_of = {}  # region instance → its occurrence number among instances of that name
+    counts: dict = {}
+    for i, name in enumerate(regs.names):
+        seen_of[i] = counts.get(name, 0)
+        counts[name] = seen_of[i] + 1
+    eager_instances: dict = {}
+    for j, name in enumerate(eregs.names):
+        eager_instances.setdefault(name, []).append(j)
+    eager_kernels = sorted((k for k in eager.kernels if k.region >= 0), key=lambda k: k.start)
+    placed = 0
+    for (_, region), group in sorted(groups.items(), key=lambda item: item[1][0].start):
+        if region < 0 or region >= len(seen_of):
+            continue
+        instances = eager_instances.get(regs.names[region])
+        if not instances:
+            continue
+        root = instances[min(seen_of[region], len(instances) - 1)]
+        inside = {root}
+        for j in range(root + 1, len(eregs.names)):
+            if eregs.parents[j] in inside:
+                inside.add(j)
+        reference = [k for k in eager_kernels if k.region in inside]
+        copy_of = {root: region}
+
+        def copy(j):
+            if j not in copy_of:
+                p = copy(eregs.parents[j])
+                copy_of[j] = len(regs.names)
+                regs.names.append(eregs.names[j])
+                regs.parents.append(p)
+                regs.exclusive.append(0.0)
+            return copy_of[j]
+
+        group.sort(key=lambda k: k.start)
+        matcher = difflib.SequenceMatcher(None, [k.name for k in reference], [k.name for k in group], autojunk=False)
+        for a, b, size in matcher.get_matching_blocks():
+            for ref, k in zip(reference[a:a + size], group[b:b + size]):
+                k.region = copy(ref.region)
+                if k.torch_op is None and ref.torch_op is not None:
+                    k.torch_op, k.cost = ref.torch_op, ref.cost
+                placed += 1
+    _tally(graphed)
+    graphed.replayed_split = (placed, total)
+    return placed, total
 
 
 # ---------------------------------------------------------------------------------------------

@@ -317,7 +317,7 @@ def shape_cost(op_name: str, shapes, dtypes=None, concrete=None) -> tuple[float,
                 return None
             B, Hq, Tq, D = q
             Hkv, Tk = k[1], k[2]
-            causal = bool(concrete and len(concrete) > 5 and concrete[5] is True)
+            causal = bool(concrete and len(concrete) > 5 and str(concrete[5]) == "True")  # trace: strings
             pairs = causal_pairs(Tq, Tk) if causal and Tq <= Tk else Tq * Tk
             return 4.0 * D * Hq * B * pairs, float(e * B * D * (2 * Hq * Tq + 2 * Hkv * Tk))
     except (TypeError, ValueError, IndexError):

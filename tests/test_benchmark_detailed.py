@@ -260,62 +260,56 @@ def test_peaks_are_cached_per_device(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# Region attribution (the GPU path, on synthetic profiler events)
+# Region attribution (the GPU path) on Chrome traces: synthetic, and a real one from an H200
 # ---------------------------------------------------------------------------------------------
 
 
-class Ev:
-    """A torch.profiler FunctionEvent stand-in: CPU ops carry torch's correlation ids, device events
-    and launch calls CUPTI's (``cid``); a kernel links to a torch op through linked_correlation_id."""
+def X(cat, name, ts, dur, *, pid=1, tid=1, **args):
+    """One complete ("X") Chrome-trace event as torch.profiler writes it (ts, dur in µs)."""
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": pid, "tid": tid,
+            "args": {k.replace("_", " "): v for k, v in args.items()}}
 
-    _next = [1]
 
-    def __init__(self, name, start, end, *, device="CPU", annotation=False, link=0, shapes=None, dtypes=None,
-                 activity=None, cid=None):
-        if cid is None:
-            cid = Ev._next[0]
-            Ev._next[0] += 1
-        self.id, self.name, self.thread, self.is_async = cid, name, 1, False
-        self.time_range = SimpleNamespace(start=start, end=end)
-        self.device_type = f"DeviceType.{device}"
-        self.is_user_annotation = annotation
-        self.activity_type = activity or ("user_annotation" if annotation else
-                                          "cpu_op" if device == "CPU" else "kernel")
-        self.linked_correlation_id = link
-        self.input_shapes, self.input_dtypes, self.concrete_inputs = shapes or [], dtypes or [], []
+def gpu(cat, name, ts, dur, **args):
+    return X(cat, name, ts, dur, pid=0, tid=7, **args)
 
 
 def test_kernels_go_to_their_innermost_region():
-    enc = Ev("encoder", 0, 100, annotation=True)
-    layer = Ev("encoder.layer", 10, 90, annotation=True)
-    linear = Ev("aten::linear", 20, 40, shapes=[[1500, 64], [192, 64], [192]], dtypes=["float"] * 3)
-    addmm = Ev("aten::addmm", 21, 39, shapes=[[192], [1500, 64], [64, 192]], dtypes=["float"] * 3)
-    prefill = Ev("decoder.prefill", 100, 200, annotation=True)
-    dec_layer = Ev("decoder.layer", 110, 190, annotation=True)
-    step = Ev("decoder.step", 200, 300, annotation=True)
-    copy_op = Ev("aten::copy_", 310, 320)
-    cpu = [enc, layer, linear, addmm, prefill, dec_layer, step, copy_op]
-    # Launch calls (CUPTI ids 9001...). A Triton launch has no torch op around it: not linked (0).
-    # The Triton launch's CUPTI id equals a torch op's id on purpose: the two id spaces must not mix.
+    ext = lambda n: {"External_id": n}
+    host = [
+        X("user_annotation", "encoder", 0, 100, **ext(1)),
+        X("user_annotation", "encoder.layer", 10, 80, **ext(2)),
+        X("cpu_op", "aten::linear", 20, 20, **ext(3), Input_Dims=[[1500, 64], [192, 64], [192]],
+          Input_type=["float"] * 3),
+        X("cpu_op", "aten::addmm", 21, 18, **ext(4), Input_Dims=[[192], [1500, 64], [64, 192]],
+          Input_type=["float"] * 3),
+        X("user_annotation", "decoder.prefill", 100, 100, **ext(5)),
+        X("user_annotation", "decoder.layer", 110, 80, **ext(6)),
+        X("user_annotation", "decoder.step", 200, 100, **ext(7)),
+        X("cpu_op", "aten::copy_", 310, 10, **ext(8)),
+    ]
+    # Launch calls carry CUPTI's correlation ids; "External id" only when a torch op is around them.
+    # The Triton launch's correlation id equals a host range's External id on purpose: two id spaces.
     launches = [
-        Ev("cudaLaunchKernel", 25, 26, link=addmm.id, activity="cuda_runtime", cid=9001),
-        Ev("cudaLaunchKernel", 27, 28, link=addmm.id, activity="cuda_runtime", cid=9002),
-        Ev("cuLaunchKernelEx", 120, 121, activity="cuda_driver", cid=enc.id),
-        Ev("cudaGraphLaunch", 210, 212, activity="cuda_runtime", cid=9004),
-        Ev("cudaMemcpyAsync", 312, 314, link=copy_op.id, activity="cuda_runtime", cid=9005),
+        X("cuda_runtime", "cudaLaunchKernel", 25, 1, correlation=9001, **ext(4)),
+        X("cuda_runtime", "cudaLaunchKernel", 27, 1, correlation=9002, **ext(4)),
+        X("cuda_driver", "cuLaunchKernelEx", 120, 1, correlation=1),
+        X("cuda_runtime", "cudaStreamIsCapturing", 209, 0.5, correlation=9003),
+        X("cuda_runtime", "cudaGraphLaunch", 210, 2, correlation=9004),
+        X("cuda_runtime", "cudaMemcpyAsync", 312, 2, correlation=9005, **ext(8)),
     ]
-    kernels = [
-        Ev("ampere_sgemm_128x64_tn", 50, 70, device="CUDA", link=addmm.id, cid=9001),   # cuBLAS under torch linear
-        Ev("splitKreduce_kernel", 70, 72, device="CUDA", link=addmm.id, cid=9002),      # its helper launch
-        Ev("flash_attention_kernel", 122, 150, device="CUDA", cid=enc.id),              # Triton, unlinked
-        Ev("fused_linear_kernel", 214, 230, device="CUDA", cid=9004),                   # two kernels replayed
-        Ev("rmsnorm_kernel", 230, 232, device="CUDA", cid=9004),                        # by one CUDA graph
-        Ev("Memcpy HtoD (Pageable -> Device)", 330, 331, device="CUDA", link=copy_op.id, activity="gpu_memcpy",
-           cid=9005),
-        Ev("decoder.step", 205, 290, device="CUDA", activity="gpu_user_annotation"),    # must be ignored
-        Ev("cudaStreamSynchronize", 300, 305, device="CUDA", activity="cuda_sync"),     # not a kernel
+    device = [
+        gpu("kernel", "ampere_sgemm_128x64_tn", 50, 20, correlation=9001, **ext(4)),  # cuBLAS under torch linear
+        gpu("kernel", "splitKreduce_kernel", 70, 2, correlation=9002, **ext(4)),      # its helper launch
+        gpu("kernel", "flash_attention_kernel", 122, 28, correlation=1),              # Triton: no External id
+        gpu("kernel", "fused_linear_kernel", 214, 16, correlation=9004),              # two kernels replayed
+        gpu("kernel", "rmsnorm_kernel", 230, 2, correlation=9004),                    # by one CUDA graph
+        gpu("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 330, 1, correlation=9005, **ext(8)),
+        gpu("gpu_user_annotation", "decoder.step", 205, 85, **ext(7)),                # not device work
+        {"ph": "f", "id": 9004, "pid": 0, "tid": 7, "ts": 214, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+        {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "python3"}},
     ]
-    res = profiling.parse_profile(cpu + launches + kernels, "cuda", wall_ms=0.4)
+    res = profiling.parse_trace({"traceEvents": device + host[::-1] + launches}, "cuda", wall_ms=0.4)
     by_name = {k.name: k for k in res.kernels}
     assert len(res.kernels) == 6
     assert res.regions.names == ["encoder", "encoder.layer", "decoder.prefill", "decoder.layer", "decoder.step"]
@@ -323,8 +317,9 @@ def test_kernels_go_to_their_innermost_region():
     assert chain(by_name["ampere_sgemm_128x64_tn"]) == ["encoder.layer", "encoder"]
     assert by_name["ampere_sgemm_128x64_tn"].torch_op == "aten::linear"
     assert chain(by_name["flash_attention_kernel"]) == ["decoder.layer", "decoder.prefill"]
-    assert by_name["flash_attention_kernel"].torch_op is None
+    assert by_name["flash_attention_kernel"].torch_op is None and by_name["flash_attention_kernel"].replay is None
     assert chain(by_name["fused_linear_kernel"]) == chain(by_name["rmsnorm_kernel"]) == ["decoder.step"]
+    assert by_name["fused_linear_kernel"].replay == by_name["rmsnorm_kernel"].replay == 9004
     assert by_name["Memcpy HtoD (Pageable -> Device)"].region == -1
     # The linear's FLOPs are shared by its two kernels in proportion to their time.
     shared = by_name["ampere_sgemm_128x64_tn"].cost[0] + by_name["splitKreduce_kernel"].cost[0]
@@ -343,6 +338,232 @@ def test_kernels_go_to_their_innermost_region():
     assert benchmark_detailed.classify(head, ["decoder.head", "decoder.step"])[2] == "lm_head"
     gemv = profiling.KernelRecord("gemv2T_kernel", 1.0, 0, "aten::linear", None)
     assert benchmark_detailed.classify(gemv, ["decoder.head", "decoder.step"])[2] == "lm_head"
+
+
+def test_cpu_trace_self_times_and_recorded_shapes():
+    """On a CPU a "kernel" is a torch op's self time, grouped under the op the model called."""
+    trace = [
+        X("user_annotation", "encoder.layer", 0, 100, External_id=1),
+        X("cpu_op", "aten::scaled_dot_product_attention", 10, 50, External_id=2,
+          Input_Dims=[[1, 2, 8, 4]] * 3 + [[], [], [], [], []], Input_type=["float"] * 3 + [""] * 5,
+          Concrete_Inputs=["", "", "", "", "0.", "True", "", "False"]),
+        X("cpu_op", "aten::_scaled_dot_product_flash_attention_for_cpu", 15, 40, External_id=3),
+        X("cpu_op", "aten::add", 70, 10, External_id=4),
+    ]
+    res = profiling.parse_trace(trace, "cpu", wall_ms=0.1)
+    host = [k for k in res.kernels if k.call[0] == "region"]
+    sdpa = [k for k in res.kernels if k.name == "aten::scaled_dot_product_attention"]
+    assert len(host) == 1 and host[0].ms == pytest.approx(0.04)
+    # Its own self time and its inner op's, one call, sharing the op's FLOPs (causal: "True" recorded).
+    assert len(sdpa) == 2 and len({k.call for k in sdpa}) == 1 and sum(k.ms for k in sdpa) == pytest.approx(0.05)
+    assert sum(k.cost[0] for k in sdpa) == pytest.approx(4 * 4 * 2 * (8 * 9 // 2))
+    assert res.regions.exclusive == [pytest.approx(0.1)]
+
+
+TRACE = REPO / "tests" / "data" / "trace_h200_triton_graphs.json.gz"
+# Real: glm_asr_triton_example (bf16, random weights, 4 tokens) on an H200, torch 2.11 + CUDA 13:
+# one prompt graph replay (encoder → first token, 551 kernels) inside decoder.prefill, then three
+# decode-step graph replays (256 kernels each) inside decoder.step; profiler started after capture.
+TRITON_KERNELS = {  # name: (calls, components, class)
+    "conv1d_gelu_kernel": (2, {"prefill"}, "conv"), "layernorm_kernel": (65, {"prefill"}, "norm"),
+    "rope_kernel": (32, {"prefill"}, "rope"), "flash_attention_kernel": (60, {"prefill"}, "attention"),
+    "splitk_epilogue_kernel": (62, {"prefill"}, "gemm"), "fused_linear_kernel": (326, {"prefill", "decode"}, "gemm"),
+    "gemv_kernel": (252, {"decode"}, "gemm"), "rmsnorm_kernel": (228, {"prefill", "decode"}, "norm"),
+    "rope_qkv_to_cache_kernel": (112, {"prefill", "decode"}, "rope"),
+    "decode_attention_split_kernel": (84, {"decode"}, "attention"),
+    "decode_attention_combine_kernel": (84, {"decode"}, "attention"),
+    "embed_tokens_kernel": (4, {"prefill", "decode"}, "embedding"),
+    "lm_head_argmax_kernel": (4, {"prefill", "decode"}, "lm_head"),
+    "argmax_reduce_kernel": (4, {"prefill", "decode"}, "argmax"),
+}
+
+
+def _by_name(res):
+    out = {}
+    for k in res.kernels:
+        chain = res.regions.chain(k.region) if k.region >= 0 else []
+        calls, ms, comps, parts = out.get(k.name, (0, 0.0, set(), set()))
+        comp, part = profiling.component_of(chain) if chain else ("outside", "")
+        out[k.name] = (calls + 1, ms + k.ms, comps | {comp}, parts | {part})
+    return out
+
+
+@pytest.fixture(scope="module")
+def h200_trace():
+    return profiling.load_trace(TRACE)
+
+
+def test_real_h200_trace_triton_kernels_from_graph_replays(h200_trace, real_cfg):
+    assert TRACE.stat().st_size < 200_000
+    res = profiling.parse_trace(h200_trace, "cuda", wall_ms=18.4)
+    assert res.regions.names == ["decoder.prefill"] + ["decoder.step"] * 3
+    got = _by_name(res)
+    for name, (calls, comps, cls) in TRITON_KERNELS.items():
+        n, ms, seen, _ = got[name]
+        assert (n, seen) == (calls, comps), name
+        assert ms > 0, name
+        assert roofline.kernel_class(name) == cls, name
+    # The profiler's own key_averages table of the same run (docs/gpu_runs/2026-11-21-h200-graphs).
+    assert got["fused_linear_kernel"][1] == pytest.approx(8.290, abs=1e-3)
+    assert got["gemv_kernel"][1] == pytest.approx(1.587, abs=1e-3)
+    assert got["flash_attention_kernel"][1] == pytest.approx(1.250, abs=1e-3)
+    # Every Triton kernel came from a graph replay; the result copies are outside every region.
+    replays = {}
+    for k in res.kernels:
+        if k.name in TRITON_KERNELS:
+            assert k.replay is not None
+            replays.setdefault(k.replay, []).append(k)
+    assert sorted(len(v) for v in replays.values()) == [256, 256, 256, 551]
+    assert got["Memcpy DtoH (Device -> Pageable)"][2] == {"outside"}
+    summary = profiling.summarize(res.regions, res.wall_ms)
+    assert summary["decode.steps"] == 3 and summary["encoder"] == 0
+    uploads = sum(k.ms for k in res.kernels if k.region == 0 and k.replay is None)  # the prompt's input copies
+    assert 0 < uploads < 0.05
+    assert summary["prefill"] == pytest.approx(sum(k.ms for k in max(replays.values(), key=len)) + uploads)
+    assert 1.0 < summary["decode.step_median"] < 1.6
+    # Without the launch calls (not recorded), the regions' spans on the stream still place them.
+    bare = [e for e in h200_trace["traceEvents"] if e.get("cat") != "cuda_runtime"]
+    assert {n: v[2] for n, v in _by_name(profiling.parse_trace(bare, "cuda", wall_ms=18.4)).items()} == \
+        {n: v[2] for n, v in got.items()}
+    # The per-operator table groups them by name with calls, time and a FLOP/byte share.
+    ops = roofline.transcription_ops(real_cfg, windows=1, mel_frames=3000, prompt_len=59, decode_steps=3,
+                                     dtype="bfloat16")
+    operators, classes = benchmark_detailed.operator_tables(res, ops, FAKE_H200, "bfloat16")
+    rows = {(o["phase"], o["kernel"]): o for o in operators}
+    assert rows[("decode", "gemv_kernel")]["calls"] == 252 and rows[("decode", "gemv_kernel")]["class"] == "gemm"
+    assert rows[("decode", "gemv_kernel")]["flops"] > 0 and rows[("decode", "gemv_kernel")]["bytes"] > 0
+    assert rows[("decode", "lm_head_argmax_kernel")]["class"] == "lm_head"
+    assert rows[("prefill", "flash_attention_kernel")]["calls"] == 60
+    verdicts = {(c["phase"], c["class"]): c["verdict"] for c in classes}
+    assert not verdicts[("decode", "gemm")].startswith("no kernel")
+    assert not verdicts[("decode", "attention")].startswith("no kernel")
+
+
+FAKE_H200 = roofline.Peaks("NVIDIA H200", "cuda", 4.2e12, {"bfloat16": 816e12, "tf32": 424e12, "float32": 51e12},
+                           "now", "test")
+
+
+def eager_trace_like(graphed) -> list:
+    """A use_cuda_graph=False trace of the same work: every kernel of the real prompt replay and of one
+    step replay, launched by cuLaunchKernelEx from inside its region (the example's region layout),
+    plus the eager-only input upload (a torch copy) at the start of each phase."""
+    replays = {}
+    for k in sorted(graphed.kernels, key=lambda k: k.start):
+        if k.replay is not None:
+            replays.setdefault(k.replay, []).append(k)
+    prompt, step = sorted(replays.values(), key=lambda g: g[0].start)[:2]
+    assert (len(prompt), len(step)) == (551, 256)
+
+    def decoder():  # embed, 28 layers of 9 kernels, head
+        return ([(("decoder.embed", 0),)] + [(("decoder.layer", i),) for i in range(28) for _ in range(9)]
+                + [(("decoder.head", 0),)] * 3)
+
+    enc = ([(("encoder", 0), ("encoder.conv", 0))] * 2 + [(("encoder", 0), ("encoder.layer", i))
+                                                            for i in range(32) for _ in range(9)]
+           + [(("encoder", 0), ("encoder.norm", 0))] + [(("projector", 0),)] * 4)
+    layout = [((("decoder.prefill", 0),) + p, k) for p, k in zip(enc + decoder(), prompt)]
+    layout += [((("decoder.step", 0),) + p, k) for p, k in zip(decoder(), step)]
+    events, spans, t, corr = [], {}, 0.0, 1
+    for phase in ("decoder.prefill", "decoder.step"):
+        first = next(i for i, (path, _) in enumerate(layout) if path[0][0] == phase)
+        layout.insert(first, (((phase, 0),), "upload"))
+    for path, k in layout:
+        t += 2.0
+        for depth in range(1, len(path) + 1):
+            span = spans.setdefault(path[:depth], [t - 0.5 / depth, 0.0])
+            span[1] = t + 1.5 + 0.5 / depth
+        if k == "upload":
+            events.append(X("cpu_op", "aten::copy_", t, 1.2, External_id=100000 + corr))
+            events.append(X("cuda_runtime", "cudaMemcpyAsync", t + 0.1, 1, correlation=corr,
+                            External_id=100000 + corr))
+            events.append(gpu("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", t + 1, 0.8, correlation=corr,
+                              External_id=100000 + corr))
+        else:
+            events.append(X("cuda_driver", "cuLaunchKernelEx", t, 1, correlation=corr))
+            events.append(gpu("kernel", k.name, t + 1, k.ms * 1000, correlation=corr))
+        corr += 1
+    for path, (start, end) in spans.items():
+        events.append(X("user_annotation", path[-1][0], start, end - start))
+    return events
+
+
+def test_graph_replays_split_over_the_eager_regions(h200_trace, real_cfg):
+    graphed = profiling.parse_trace(h200_trace, "cuda", wall_ms=18.4)
+    eager = profiling.parse_trace(eager_trace_like(graphed), "cuda", wall_ms=20.0)
+    # Eager Triton launches (cuLaunchKernelEx, no torch op around them) land in their own regions.
+    e = _by_name(eager)
+    assert e["conv1d_gelu_kernel"][2:] == ({"encoder"}, {"conv"})
+    assert e["gemv_kernel"][2:] == ({"decode"}, {"layers"})
+    assert e["Memcpy HtoD (Pageable -> Device)"][2] == {"prefill", "decode"}
+    total_ms = sum(k.ms for k in graphed.kernels)
+    placed, replayed = profiling.split_graph_replays(graphed, eager)
+    assert (placed, replayed) == (1319, 1319) and graphed.replayed_split == (1319, 1319)
+    assert sum(k.ms for k in graphed.kernels) == pytest.approx(total_ms)
+    assert sum(graphed.regions.exclusive) == pytest.approx(sum(k.ms for k in graphed.kernels if k.region >= 0))
+    got = _by_name(graphed)
+    assert got["conv1d_gelu_kernel"][2:] == ({"encoder"}, {"conv"})
+    assert got["rope_kernel"][2:] == ({"encoder"}, {"layers"})
+    assert got["flash_attention_kernel"][2] == {"encoder", "prefill"}
+    assert got["splitk_epilogue_kernel"][2] == {"encoder", "projector", "prefill"}
+    assert got["gemv_kernel"][2:] == ({"decode"}, {"layers"})  # steps 2 and 3 reuse the one eager step
+    assert got["lm_head_argmax_kernel"][3] == {"head"}
+    s = profiling.summarize(graphed.regions, graphed.wall_ms)
+    assert len(s["layers.encoder"]) == 32 and len(s["layers.prefill"]) == 28 and len(s["layers.decode"]) == 28
+    assert s["encoder"] > 5 * s["projector"] > 0 and s["decode.steps"] == 3
+    prompt = [k for k in graphed.kernels if k.replay == min(k.replay for k in graphed.kernels if k.replay)]
+    uploads = sum(k.ms for k in graphed.kernels if k.replay is None and k.region >= 0
+                  and profiling.component_of(graphed.regions.chain(k.region))[0] == "prefill")
+    assert s["encoder"] + s["projector"] + s["prefill"] == pytest.approx(sum(k.ms for k in prompt) + uploads)
+    # A replay whose eager run differs keeps the unmatched kernels in the region around the replay.
+    again = profiling.parse_trace(h200_trace, "cuda", wall_ms=18.4)
+    for k in eager.kernels:
+        if k.name == "gemv_kernel":
+            k.name = "some_other_gemv"
+    placed, replayed = profiling.split_graph_replays(again, eager)
+    assert replayed - placed == 252
+    assert _by_name(again)["gemv_kernel"][2:] == ({"decode"}, {"other"})
+
+
+def test_report_of_a_graphed_run_on_the_real_trace(h200_trace, real_cfg, capsys):
+    """build_report / print_report with the real graphed profile, its eager counterpart and timer runs
+    in which no region but decoder.prefill / decoder.step ran (the prompt phase is one graph)."""
+    graphed = profiling.parse_trace(h200_trace, "cuda", wall_ms=18.4)
+    graphed.tokens = [1, 2, 3, 4]
+    eager = profiling.parse_trace(eager_trace_like(graphed), "cuda", wall_ms=30.0)
+    timed = [profiling.summarize(profiling.Regions(["decoder.prefill"] + ["decoder.step"] * 3, [-1] * 4,
+                                                   [10.8, 1.6, 1.6, 1.6]), 16.0)] * 2
+    profiling.split_graph_replays(graphed, eager)
+    measured = {"e2e": [15.9, 16.1], "tokens": graphed.tokens, "components": profiling.aggregate(timed),
+                "profile": graphed,
+                "graph": {"components": profiling.aggregate([profiling.summarize(eager.regions, 30.0)] * 2),
+                          "profile": eager}}
+    inputs = SimpleNamespace(input_features=torch.zeros(1, 128, 3000), input_ids=torch.zeros(1, 59), batch_size=1)
+    session = SimpleNamespace(device="cuda", inputs=inputs, audio_seconds=3.5,
+                              checkpoint=SimpleNamespace(config=real_cfg, processor=None, description="random"))
+    args = SimpleNamespace(dtype="bfloat16", runs=2, warmup=1)
+    rep = benchmark_detailed.build_report(session, args, measured, FAKE_H200, "glm_asr_triton_example")
+    rows = {r["key"]: r for r in rep["components"]}
+    assert rows["encoder"]["in_graph"] and rows["encoder"]["wall_ms"] == 0 and rows["encoder"]["kernel_ms"] > 3
+    assert rows["encoder.layers"]["graph_off"] and rows["encoder.layers"]["wall_ms"] > 0
+    assert rep["cuda_graph"]["prompt_graph"] and rep["cuda_graph"]["replayed_kernels_placed"] == 1319
+    assert len(rep["layers"]["encoder"]) == 32 and rep["layers"]["prompt_source"] == "use_cuda_graph=False runs"
+    assert rep["kernel_time_ms"] == pytest.approx(sum(k.ms for k in graphed.kernels))
+    kernels = {o["kernel"] for o in rep["operators"]}
+    assert set(TRITON_KERNELS) <= kernels
+    assert "1319 of 1319 kernels replayed" in rep["operators_note"]
+    benchmark_detailed.print_report(rep, FAKE_H200)
+    out = capsys.readouterr().out
+    assert "encoder ‡" in out and "flash_attention_kernel" in out and "1319 of 1319" in out
+    for c in rep["operator_classes"]:  # only fused classes (pointwise, rope of the encoder...) lack kernels
+        assert c["kernels"] or c["class"] not in ("gemm", "attention", "norm", "conv", "lm_head"), c
+
+
+def test_cupti_is_opened_early_only_for_old_cuda(monkeypatch):
+    for version, hip, expected in (("11.8", None, True), ("12.4", None, False), ("13.0", None, False),
+                                   (None, None, False), ("11.8", "6.0", False)):
+        monkeypatch.setattr(torch.version, "cuda", version)
+        monkeypatch.setattr(torch.version, "hip", hip)
+        assert benchmark_detailed.needs_cupti_before_graphs() is expected, version
 
 
 @pytest.mark.parametrize("name, cls, aux", [
