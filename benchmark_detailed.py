@@ -910,17 +910,7 @@ def bench_us(fn, device: str, runs: int, flush=None) -> tuple[float, float, floa
     for _ in range(runs):
         if flush is not None:
             flush.zero_()
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1000)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e6)
+        times.append(roofline.time_call(fn, device) * 1e6)
     return quartiles(times)
 
 

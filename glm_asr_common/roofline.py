@@ -433,23 +433,24 @@ class Peaks:
         return asdict(self)
 
 
-def _time_fn(fn, device: str, reps: int) -> float:
-    """Best wall time of ``reps`` calls, in seconds (CUDA events on a GPU); one untimed call first."""
+def time_call(fn, device: str) -> float:
+    """Seconds one call of ``fn`` takes: CUDA events around it on a GPU, the host clock on a CPU."""
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000
+    t0 = time.perf_counter()
     fn()
-    best = math.inf
-    for _ in range(reps):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            best = min(best, start.elapsed_time(end) / 1000)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
-    return best
+    return time.perf_counter() - t0
+
+
+def _time_fn(fn, device: str, reps: int) -> float:
+    """Best wall time of ``reps`` calls, in seconds; one untimed call first."""
+    fn()
+    return min(time_call(fn, device) for _ in range(reps))
 
 
 def _copy_seconds(nbytes: int, device: str, reps: int) -> float:
