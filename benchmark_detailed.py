@@ -888,16 +888,9 @@ def model_config(args):
 def default_seq_len(args, cfg) -> int:
     """The prompt length the audio gives: 3 text ids + one per audio token + 12 text ids."""
     from glm_asr_common.audio import load_audio
-    from glm_asr_common.frontend import (HOP_LENGTH, SYNTHETIC_PREFIX_LEN, SYNTHETIC_SUFFIX_LEN, WINDOW_SECONDS,
-                                         audio_tokens_per_window)
+    from glm_asr_common.frontend import SYNTHETIC_PREFIX_LEN, SYNTHETIC_SUFFIX_LEN, audio_tokens_of
 
-    audio = load_audio(args.audio)
-    frames = -(-len(audio) // HOP_LENGTH)
-    window = WINDOW_SECONDS * 16000 // HOP_LENGTH
-    tokens = 0
-    while frames > 0:
-        tokens += int(audio_tokens_per_window(np.array([min(frames, window)]), cfg.merge_factor)[0])
-        frames -= window
+    tokens = int(audio_tokens_of(len(load_audio(args.audio)), cfg).sum())
     return tokens + SYNTHETIC_PREFIX_LEN + SYNTHETIC_SUFFIX_LEN
 
 

@@ -51,8 +51,16 @@ def audio_tokens_per_window(frames: np.ndarray, merge_factor: int) -> np.ndarray
     """Audio tokens each window yields: conv (k3,p1,s1), conv (k3,p1,s2), then merge of ``merge_factor`` frames."""
     lengths = np.asarray(frames, dtype=np.int64)
     for stride in (1, 2):
-        lengths = (lengths + 2 - 2 - 1) // stride + 1
+        lengths = (lengths + 2 * 1 - 3) // stride + 1  # padding 1, kernel 3
     return (lengths - merge_factor) // merge_factor + 1
+
+
+def audio_tokens_of(num_samples: int, cfg: ModelConfig) -> np.ndarray:
+    """Audio tokens of each 30 s window of a 16 kHz audio of ``num_samples`` samples."""
+    window = WINDOW_SECONDS * SAMPLE_RATE
+    starts = range(0, max(num_samples, 1), window)
+    frames = [-(-min(window, num_samples - start) // HOP_LENGTH) for start in starts]
+    return audio_tokens_per_window(np.array(frames), cfg.merge_factor)
 
 
 def _audio_index(input_ids, features_mask, cfg: ModelConfig) -> np.ndarray:
@@ -72,8 +80,7 @@ def _audio_index(input_ids, features_mask, cfg: ModelConfig) -> np.ndarray:
 
 
 def check_audio_length(audio: np.ndarray, cfg: ModelConfig, name: str = "audio"):
-    frames = -(-len(audio) // HOP_LENGTH)
-    if audio_tokens_per_window(np.array([min(frames, WINDOW_SECONDS * SAMPLE_RATE // HOP_LENGTH)]), cfg.merge_factor)[0] < 1:
+    if audio_tokens_of(len(audio), cfg)[0] < 1:
         raise UserError(f"{name} is too short ({len(audio) / SAMPLE_RATE * 1000:.0f} ms) to yield one audio token")
 
 
