@@ -385,6 +385,16 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
 
 
 @triton.jit
+def _split_keys(split, b, kv_start_ptr, cache_len_ptr, HAS_KV_START: tl.constexpr, SPLIT: tl.constexpr):
+    """Cache slots [lo, hi) that split(s) ``split`` of row b attend to (empty when lo >= hi): left
+    padding below kv_start[b] and slots past the live cache length are outside."""
+    kv_lo = 0
+    if HAS_KV_START:
+        kv_lo = tl.load(kv_start_ptr + b)
+    return tl.maximum(split * SPLIT, kv_lo), tl.minimum((split + 1) * SPLIT, tl.load(cache_len_ptr))
+
+
+@triton.jit
 def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, cache_len_ptr, kv_start_ptr,
                                   m_ptr, l_ptr, acc_ptr, n_kv_heads, group, qk_scale,
                                   stride_qb, stride_qh, stride_kb, stride_kh, stride_kt,
@@ -398,11 +408,7 @@ def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, cache_len_ptr, kv_start_p
     hk = pid_bh % n_kv_heads
     # The grid covers the whole cache (fixed when a CUDA graph is captured); the live length is read
     # on the device. Keys this split owns: [lo, hi).
-    kv_lo = 0
-    if HAS_KV_START:
-        kv_lo = tl.load(kv_start_ptr + b)
-    lo = tl.maximum(split * SPLIT, kv_lo)
-    hi = tl.minimum((split + 1) * SPLIT, tl.load(cache_len_ptr))
+    lo, hi = _split_keys(split, b, kv_start_ptr, cache_len_ptr, HAS_KV_START, SPLIT)
     # Splits wholly past the live cache (or inside the left padding) do nothing; the combine kernel
     # applies the same test and never reads their partials.
     if lo < hi:
@@ -453,12 +459,10 @@ def decode_attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, cache_len_ptr,
     pid = tl.program_id(0)
     b = pid // n_q_heads
     h = pid % n_q_heads
-    kv_lo = 0
-    if HAS_KV_START:
-        kv_lo = tl.load(kv_start_ptr + b)
     s = tl.arange(0, BLOCK_S)
-    # Exactly the splits the split kernel wrote (same [lo, hi) test).
-    written = (s < num_splits) & (tl.maximum(s * SPLIT, kv_lo) < tl.minimum((s + 1) * SPLIT, tl.load(cache_len_ptr)))
+    # Exactly the splits the split kernel wrote (the same [lo, hi) test).
+    lo, hi = _split_keys(s, b, kv_start_ptr, cache_len_ptr, HAS_KV_START, SPLIT)
+    written = (s < num_splits) & (lo < hi)
     m = tl.load(m_ptr + b * stride_mb + h * stride_mh + s, mask=written, other=float("-inf"))
     l = tl.load(l_ptr + b * stride_mb + h * stride_mh + s, mask=written, other=0.0)
     offs_d = tl.arange(0, HEAD_DIM)
