@@ -226,6 +226,71 @@ def test_swiglu_split_k(gen, force_split_k, M):
     assert_close(layers.swiglu_linear(x, gate_up), torch.nn.functional.silu(gate) * up, GEMM_TOL[FP32])
 
 
+def hf_rmsnorm(x, weight, eps):
+    """transformers' LlamaRMSNorm: fp32 statistics, normalised row rounded to x's dtype, times weight."""
+    normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    return weight * normed.to(x.dtype)
+
+
+def hf_llama_mlp(x, norm_weight, eps, gate_up, down):
+    """HF's post-attention half with the rounding points of its bf16 modules (plain in fp32)."""
+    h = hf_rmsnorm(x, norm_weight, eps)
+    n = gate_up.shape[0] // 2
+    gate = (h.double() @ gate_up[:n].double().T).to(x.dtype)
+    up = (h.double() @ gate_up[n:].double().T).to(x.dtype)
+    activated = torch.nn.functional.silu(gate) * up
+    return (x.double() + (activated.double() @ down.double().T).to(x.dtype).double()).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("M", [1, 3, 20])  # 1: RMSNorm in the GEMV's prologue; more: its own launch
+@pytest.mark.parametrize("N, K", [(96, 80), (17, 1280)])
+def test_linear_rms_norm_prologue(gen, dtype, M, N, K):
+    x, w = rand(gen, M, K, dtype=dtype, scale=3.0), rand(gen, N, K, dtype=dtype, scale=K**-0.5)
+    norm_weight = rand(gen, K, dtype=dtype)
+    out = nan_like((M, N), dtype)
+    assert layers.linear(x, w, rms_norm=(norm_weight, 1e-5), out=out) is out
+    assert_close(out, linear_reference(hf_rmsnorm(x, norm_weight, 1e-5), w, None, None, None), GEMM_TOL[dtype])
+
+
+def test_gemv_rms_norm_prologue_matches_rmsnorm_kernel_bf16(gen):
+    """The fused prologue rounds where rmsnorm_kernel does: same inputs to the weight, bit for bit."""
+    K = 2048
+    x, norm_weight = rand(gen, 1, K, dtype=BF16, scale=3.0), rand(gen, K, dtype=BF16)
+    eye = torch.eye(K, dtype=BF16, device=DEVICE)[:300]  # picks the normalised values themselves
+    fused = layers.linear(x, eye, rms_norm=(norm_weight, 1e-6))
+    assert torch.equal(fused, layers.rmsnorm(x, norm_weight, 1e-6)[:, :300])
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("M", [1, 4, 17])  # 1: two GEMVs with prologues; more: the gated GEMM
+@pytest.mark.parametrize("H, N", [(48, 64), (80, 1280)])
+def test_llama_mlp(gen, dtype, M, H, N):
+    x, norm_weight = rand(gen, M, H, dtype=dtype, scale=2.0), rand(gen, H, dtype=dtype)
+    gate_up, down = rand(gen, 2 * N, H, dtype=dtype, scale=H**-0.5), rand(gen, H, N, dtype=dtype, scale=N**-0.5)
+    ref = hf_llama_mlp(x, norm_weight, 1e-5, gate_up, down)
+    assert layers.llama_mlp(x, norm_weight, 1e-5, gate_up, down) is x
+    if dtype == BF16:
+        bf16_matches(x, ref)
+    else:
+        assert_close(x, ref, GEMM_TOL[dtype])
+
+
+@pytest.mark.parametrize("M", [1, 17])
+def test_llama_mlp_split_k(gen, force_split_k, M):
+    H, N = 40, 2100
+    x, norm_weight = rand(gen, M, H), rand(gen, H)
+    gate_up, down = rand(gen, 2 * N, H, scale=H**-0.5), rand(gen, H, N, scale=N**-0.5)
+    ref = hf_llama_mlp(x, norm_weight, 1e-5, gate_up, down)
+    assert_close(layers.llama_mlp(x, norm_weight, 1e-5, gate_up, down), ref, GEMM_TOL[FP32])
+
+
+def test_swiglu_prologue_needs_one_row(gen):
+    with pytest.raises(ValueError, match="swiglu prologue needs the one-row GEMV"):
+        layers._launch_linear(rand(gen, 3, 64), rand(gen, 16, 32), None, None, None, False, False, "ieee",
+                              prologue="swiglu")
+
+
 def test_lm_head_logits(gen):
     x, w = rand(gen, 3, 64, dtype=BF16), rand(gen, 300, 64, dtype=BF16)
     assert_close(layers.lm_head_logits(x, w), x.double() @ w.double().T, GEMM_TOL[BF16])
