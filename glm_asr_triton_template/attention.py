@@ -349,12 +349,14 @@ def _split_keys(split, b, kv_start_ptr, cache_len_ptr, HAS_KV_START: tl.constexp
 
 @triton.jit
 def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, cache_len_ptr, kv_start_ptr,
-                                  m_ptr, l_ptr, acc_ptr, n_kv_heads, group, qk_scale,
+                                  m_ptr, l_ptr, acc_ptr, o_ptr, n_kv_heads, group, qk_scale,
                                   stride_qb, stride_qh, stride_kb, stride_kh, stride_kt,
                                   stride_vb, stride_vh, stride_vt,
-                                  stride_mb, stride_mh, stride_ab, stride_ah, stride_as,
+                                  stride_mb, stride_mh, stride_ab, stride_ah, stride_as, stride_ob, stride_oh,
                                   HAS_KV_START: tl.constexpr, HEAD_DIM: tl.constexpr, SPLIT: tl.constexpr,
-                                  BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr):
+                                  DIRECT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr):
+    """One split of the cache for the `group` query heads of one kv head. DIRECT (a single split):
+    the normalised output goes straight to o_ptr and no combine kernel runs."""
     split = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // n_kv_heads
@@ -362,40 +364,46 @@ def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, cache_len_ptr, kv_start_p
     # The grid covers the whole cache (fixed when a CUDA graph is captured); the live length is read
     # on the device. Keys this split owns: [lo, hi).
     lo, hi = _split_keys(split, b, kv_start_ptr, cache_len_ptr, HAS_KV_START, SPLIT)
-    # Splits wholly past the live cache (or inside the left padding) do nothing; the combine kernel
-    # applies the same test and never reads their partials.
-    if lo < hi:
-        # All `group` query heads sharing kv head hk are rows of one tile, so each K/V tile is read
-        # from memory once for the whole group (decode is bound by reading the cache). BLOCK_G pads
-        # the group to the 16 rows a tensor-core dot needs.
-        g = tl.arange(0, BLOCK_G)
-        offs_d = tl.arange(0, HEAD_DIM)
-        heads = hk * group + g
-        q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-                    mask=g[:, None] < group, other=0.0)
-        k_rows = k_ptr + b * stride_kb + hk * stride_kh
-        v_rows = v_ptr + b * stride_vb + hk * stride_vh
-        m_i = tl.full((BLOCK_G,), float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros((BLOCK_G,), dtype=tl.float32)
-        acc = tl.zeros((BLOCK_G, HEAD_DIM), dtype=tl.float32)
-        # Every block below holds at least one visible key (its first block contains lo), so the
-        # row max is finite from the first block on.
-        for start_n in range((lo // BLOCK_N) * BLOCK_N, hi, BLOCK_N):
-            n = start_n + tl.arange(0, BLOCK_N)
-            key_ok = (n >= lo) & (n < hi)
-            # Masked keys read as zeros: cache slots past cache_len may hold anything.
-            k = tl.load(k_rows + n[:, None] * stride_kt + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-            v = tl.load(v_rows + n[:, None] * stride_vt + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-            s = dot(q, tl.trans(k), None) * qk_scale
-            s = tl.where(key_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = dot(round_to(p, v.dtype), v, acc * alpha[:, None])
-            m_i = m_new
+    # A split wholly past the live cache (or inside the left padding) runs no block and leaves
+    # (max, sum, acc) = (-inf, 0, 0); the combine kernel applies the same test and skips it.
+    first = (lo // BLOCK_N) * BLOCK_N
+    end = tl.where(lo < hi, hi, first)
+    # All `group` query heads sharing kv head hk are rows of one tile, so each K/V tile is read
+    # from memory once for the whole group (decode is bound by reading the cache). BLOCK_G pads
+    # the group to the 16 rows a tensor-core dot needs.
+    g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, HEAD_DIM)
+    heads = hk * group + g
+    rows = g < group
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=rows[:, None], other=0.0)
+    k_rows = k_ptr + b * stride_kb + hk * stride_kh
+    v_rows = v_ptr + b * stride_vb + hk * stride_vh
+    m_i = tl.full((BLOCK_G,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_G,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_G, HEAD_DIM), dtype=tl.float32)
+    # Every block below holds at least one visible key (its first block contains lo), so the
+    # row max is finite from the first block on.
+    for start_n in range(first, end, BLOCK_N):
+        n = start_n + tl.arange(0, BLOCK_N)
+        key_ok = (n >= lo) & (n < hi)
+        # Masked keys read as zeros: cache slots past cache_len may hold anything.
+        k = tl.load(k_rows + n[:, None] * stride_kt + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        v = tl.load(v_rows + n[:, None] * stride_vt + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        s = dot(q, tl.trans(k), None) * qk_scale
+        s = tl.where(key_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = dot(round_to(p, v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    if DIRECT:
+        # No visible key at all: output 0 instead of NaN, as the combine kernel does.
+        o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+        tl.store(o_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
+                 round_to(o, o_ptr.dtype.element_ty), mask=rows[:, None])
+    else:
         # Partials stay unnormalised in fp32: (max, sum, sum of p*v) per query head and split.
-        rows = g < group
         tl.store(m_ptr + b * stride_mb + heads * stride_mh + split, m_i, mask=rows)
         tl.store(l_ptr + b * stride_mb + heads * stride_mh + split, l_i, mask=rows)
         a_ptrs = acc_ptr + b * stride_ab + heads[:, None] * stride_ah + split * stride_as + offs_d[None, :]
@@ -434,48 +442,54 @@ def decode_attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, cache_len_ptr,
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_len: torch.Tensor,
                      kv_start: torch.Tensor | None, scale: float, out: torch.Tensor | None = None, *,
-                     split_size: int = 64) -> torch.Tensor:
+                     split_size: int | None = None) -> torch.Tensor:
     """Attention of one new token per row over the KV cache. Returns out (B, 1, Hq, D).
 
     q: (B, 1, Hq, D), last dim contiguous. k_cache / v_cache: (B, Hkv, Tmax, D).
     cache_len: int32 device tensor (1,), valid cache slots (the token just written included).
     kv_start: int32 (B,) left-padding count (slots < kv_start[b] are masked), or None.
     The launch depends only on shapes (Tmax, not cache_len), so it can be captured in a CUDA graph.
-    split_size: cache slots per program of the first kernel (a multiple of 16).
+    split_size: cache slots per program of the first kernel (a multiple of 16); default 256 on a GPU,
+    the whole cache under the interpreter (fewer, larger programs). A cache of at most split_size
+    slots (a short transcription's) is one split: one launch, no combine.
     """
     B, one, Hq, D = q.shape
     _, Hkv, Tmax, _ = k_cache.shape
     assert one == 1 and k_cache.shape == v_cache.shape == (B, Hkv, Tmax, D) and Hq % Hkv == 0
     assert q.stride(3) == k_cache.stride(3) == v_cache.stride(3) == 1
+    if split_size is None:
+        split_size = triton.next_power_of_2(Tmax) if INTERPRET else 256
     assert D >= 16 and D == triton.next_power_of_2(D) and split_size % 16 == 0
     assert cache_len.dtype == torch.int32 and (kv_start is None or kv_start.dtype == torch.int32)
     group = Hq // Hkv
     if out is None:
         out = torch.empty((B, 1, Hq, D), dtype=q.dtype, device=q.device)
     assert out.shape == (B, 1, Hq, D) and out.stride(3) == 1
-    if INTERPRET:  # one split over the whole cache: fewer, larger programs for the interpreter
-        split_size = max(split_size, triton.next_power_of_2(Tmax))
     num_splits = triton.cdiv(Tmax, split_size)
-    part_m = torch.empty((B, Hq, num_splits), dtype=torch.float32, device=q.device)
+    direct = num_splits == 1
+    part_m = torch.empty((B, Hq, 0 if direct else num_splits), dtype=torch.float32, device=q.device)
     part_l = torch.empty_like(part_m)
-    part_acc = torch.empty((B, Hq, num_splits, D), dtype=torch.float32, device=q.device)
+    part_acc = torch.empty((B, Hq, 0 if direct else num_splits, D), dtype=torch.float32, device=q.device)
     kv_start_arg = kv_start if kv_start is not None else cache_len
     decode_attention_split_kernel[(num_splits, B * Hkv)](
-        q, k_cache, v_cache, cache_len, kv_start_arg, part_m, part_l, part_acc,
+        q, k_cache, v_cache, cache_len, kv_start_arg, part_m, part_l, part_acc, out,
         Hkv, group, scale * LOG2E,
         q.stride(0), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         part_m.stride(0), part_m.stride(1), part_acc.stride(0), part_acc.stride(1), part_acc.stride(2),
-        HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size, BLOCK_N=split_size if INTERPRET else min(64, split_size),
+        out.stride(0), out.stride(2),
+        HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size, DIRECT=direct,
+        BLOCK_N=min(split_size if INTERPRET else 64, split_size),
         BLOCK_G=max(16, triton.next_power_of_2(group)), num_warps=4, num_stages=2,
     )
-    decode_attention_combine_kernel[(B * Hq,)](
-        part_m, part_l, part_acc, out, cache_len, kv_start_arg, Hq, num_splits,
-        part_m.stride(0), part_m.stride(1), part_acc.stride(0), part_acc.stride(1), part_acc.stride(2),
-        out.stride(0), out.stride(2),
-        HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size,
-        BLOCK_S=triton.next_power_of_2(num_splits), num_warps=4,
-    )
+    if not direct:
+        decode_attention_combine_kernel[(B * Hq,)](
+            part_m, part_l, part_acc, out, cache_len, kv_start_arg, Hq, num_splits,
+            part_m.stride(0), part_m.stride(1), part_acc.stride(0), part_acc.stride(1), part_acc.stride(2),
+            out.stride(0), out.stride(2),
+            HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size,
+            BLOCK_S=triton.next_power_of_2(num_splits), num_warps=4,
+        )
     return out
 
 

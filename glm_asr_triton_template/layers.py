@@ -357,28 +357,66 @@ def fused_linear_kernel(
 
 
 @triton.jit
+def _inv_rms(x_ptr, K, eps, BLOCK_K: tl.constexpr):
+    """1 / sqrt(mean(x^2) + eps) of one row of K values, in fp32."""
+    offs = tl.arange(0, BLOCK_K)
+    squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k_step in range(0, K, BLOCK_K):
+        x = tl.load(x_ptr + k_step + offs, mask=offs < K - k_step, other=0.0).to(tl.float32)
+        squares += x * x
+    return tl.math.rsqrt(tl.sum(squares, axis=0) / K + eps)
+
+
+@triton.jit
+def _gemv_input(x_ptr, norm_weight_ptr, offs_k, k_mask, K, inv_rms, PROLOGUE: tl.constexpr, dtype: tl.constexpr):
+    """The GEMV's input values at offs_k, in fp32, after the prologue the weight should see.
+
+    "rmsnorm": x is the raw hidden row; returns rmsnorm(x) * weight with rmsnorm_kernel's rounding.
+    "swiglu": x is [gate (K) | up (K)] as the gate/up GEMV stored them; returns silu(gate) * up with
+    _store_swiglu's rounding. "none": x as stored.
+    """
+    x = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+    if PROLOGUE == "rmsnorm":
+        normed = round_to(x * inv_rms, dtype).to(tl.float32)
+        weight = tl.load(norm_weight_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+        x = round_to(normed * weight, dtype).to(tl.float32)
+    elif PROLOGUE == "swiglu":
+        up = tl.load(x_ptr + K + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+        activated = round_to(x / (1.0 + tl.exp(-x)), dtype).to(tl.float32)
+        x = round_to(activated * up, dtype).to(tl.float32)
+    return x
+
+
+@triton.jit
 def gemv_kernel(
-    x_ptr, w_ptr, bias_ptr, residual_ptr, out_ptr, partial_ptr, N, K, stride_wn, k_per_split,
-    SPLIT_K: tl.constexpr, APPLY_GELU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    x_ptr, w_ptr, bias_ptr, residual_ptr, out_ptr, partial_ptr, norm_weight_ptr, N, K, stride_wn, k_per_split, eps,
+    SPLIT_K: tl.constexpr, APPLY_GELU: tl.constexpr, PROLOGUE: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """One output row (M = 1): BLOCK_N outputs over one K slice, on the CUDA cores.
 
     A single row leaves a tensor-core tile nothing to reuse, and the time is all in streaming W.
     Each thread multiplies its 16-byte vectors of W by x and keeps lane-wise partial sums; the
     cross-lane reduction happens once, after the loop. Same split-K and epilogue contract as
-    fused_linear_kernel (ungated).
+    fused_linear_kernel (ungated). PROLOGUE ("none", "rmsnorm", "swiglu", see _gemv_input) folds
+    the kernel that would have produced x into this one: every program recomputes it from the few
+    kilobytes of x, which L2 serves, instead of a launch and a round trip through memory.
     """
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
+    dtype = out_ptr.dtype.element_ty
     offs_m = tl.arange(0, 1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = split * k_per_split + tl.arange(0, BLOCK_K)
     n_mask = offs_n < N
+    inv_rms = 0.0
+    if PROLOGUE == "rmsnorm":
+        inv_rms = _inv_rms(x_ptr, K, eps, BLOCK_K)
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :]
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k_step in range(0, k_per_split, BLOCK_K):
         k_mask = offs_k < K - k_step
-        x_row = tl.load(x_ptr + k_step + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+        x_row = _gemv_input(x_ptr, norm_weight_ptr, k_step + offs_k, k_mask, K, inv_rms, PROLOGUE, dtype)
         w_tile = tl.load(w_ptrs + k_step, mask=n_mask[:, None] & k_mask[None, :], other=0.0)
         acc += w_tile.to(tl.float32) * x_row[None, :]
     total = tl.sum(acc, axis=1)[None, :]
@@ -483,9 +521,15 @@ def _interpreter_linear_config(M: int, N: int, K: int, gated: bool) -> tuple[str
                         BLOCK_K=block_k, GROUP_M=1, SPLIT_K=1)
 
 
-def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_precision):
+def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_precision, *,
+                   prologue="none", norm_weight=None, eps=0.0, config=None):
+    """The shared launcher. prologue "rmsnorm" / "swiglu" (see _gemv_input) is fused into the GEMV;
+    the tiled kernels get "rmsnorm" as a separate rmsnorm launch and do not take "swiglu".
+    config: (kind, launch options) in place of _linear_config's choice (utils/sweep_linear.py)."""
     rows = _rows(x)
     M, K = rows.shape
+    if prologue == "swiglu":
+        K //= 2  # x holds [gate | up]
     N = weight.shape[0] // 2 if gated else weight.shape[0]
     if weight.shape[1] != K:
         raise ValueError(f"weight {tuple(weight.shape)} does not match x (..., {K})")
@@ -496,7 +540,12 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_prec
     out_rows = _rows(out)
     residual_rows = None if residual is None else _rows(residual)
     stride_rm = 0 if residual_rows is None else residual_rows.stride(0)
-    kind, cfg = _linear_config(M, N, K, x.dtype, gated, _sm_count(x.device))
+    kind, cfg = config or _linear_config(M, N, K, x.dtype, gated, _sm_count(x.device))
+    cfg = dict(cfg)
+    if kind != "gemv" and prologue == "rmsnorm":
+        rows = rmsnorm(rows, norm_weight, eps)
+    elif kind != "gemv" and prologue != "none":
+        raise ValueError(f"the {prologue} prologue needs the one-row GEMV (M = {M})")
     split = cfg.pop("SPLIT_K")
     k_per_split = triton.cdiv(triton.cdiv(K, split), cfg["BLOCK_K"]) * cfg["BLOCK_K"]
     split = triton.cdiv(K, k_per_split)  # rounding k_per_split up can leave the last slices empty
@@ -505,8 +554,8 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_prec
         partial = torch.empty((split, M, 2 * N if gated else N), dtype=torch.float32, device=x.device)
     if kind == "gemv":
         gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), split)](
-            rows, weight, bias, residual_rows, out_rows, partial, N, K, weight.stride(0), k_per_split,
-            SPLIT_K=split, APPLY_GELU=apply_gelu, **cfg,
+            rows, weight, bias, residual_rows, out_rows, partial, norm_weight, N, K, weight.stride(0), k_per_split,
+            eps, SPLIT_K=split, APPLY_GELU=apply_gelu, PROLOGUE=prologue, **cfg,
         )
     else:
         fused_linear_kernel[(triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), split)](
@@ -532,6 +581,7 @@ def linear(
     activation: str | None = None,
     residual: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
+    rms_norm: tuple[torch.Tensor, float] | None = None,
     input_precision: str = FP32_PRECISION,
 ) -> torch.Tensor:
     """out = act(x @ weight^T + bias) + residual, in x.dtype.
@@ -539,14 +589,17 @@ def linear(
     x: (..., K), rows contiguous (a strided 2-D row view such as hidden[:, -1] is fine).
     weight: (N, K), nn.Linear layout. bias: (N,) or None. activation: None or "gelu" (exact erf).
     residual: (..., N) or None. out: preallocated (..., N) or None.
+    rms_norm: (norm_weight, eps) to multiply rmsnorm(x) instead of x (as rmsnorm() would compute it).
     input_precision: for fp32 inputs "tf32", "tf32x3" or "ieee" (default: _triton_compat.FP32_PRECISION,
     "tf32" unless GLM_ASR_FP32_PRECISION says otherwise); ignored for bf16.
-    One row (decode, batch 1) runs gemv_kernel on the CUDA cores; up to SKINNY_MAX_M rows a
-    16-row tensor-core tile with split K; more rows the tiled GEMM.
+    One row (decode, batch 1) runs gemv_kernel on the CUDA cores, with the RMSNorm fused in; up to
+    SKINNY_MAX_M rows a 16-row tensor-core tile with split K; more rows the tiled GEMM.
     """
     if activation not in (None, "gelu"):
         raise ValueError(f"activation must be None or 'gelu', not {activation!r}")
-    return _launch_linear(x, weight, bias, residual, out, activation == "gelu", False, input_precision)
+    norm_weight, eps = rms_norm if rms_norm is not None else (None, 0.0)
+    return _launch_linear(x, weight, bias, residual, out, activation == "gelu", False, input_precision,
+                          prologue="none" if rms_norm is None else "rmsnorm", norm_weight=norm_weight, eps=eps)
 
 
 def swiglu_linear(
@@ -558,6 +611,22 @@ def swiglu_linear(
     i.e. torch.cat([gate_proj.weight, up_proj.weight]) built once when the model loads.
     """
     return _launch_linear(x, gate_up_weight, None, None, out, False, True, input_precision)
+
+
+def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_weight: torch.Tensor,
+              down_weight: torch.Tensor, *, input_precision: str = FP32_PRECISION) -> torch.Tensor:
+    """The decoder layer's second half, in place: x += down(silu(gate(h)) * up(h)), h = rmsnorm(x).
+
+    x: (..., H), contiguous. For one row, two GEMVs: [gate | up] of the normalised row (the RMSNorm
+    in its prologue), then down with silu(gate) * up computed in its prologue and the residual in
+    its epilogue. For more rows: rmsnorm, the gated GEMM with SwiGLU epilogue, down (+ residual).
+    """
+    if _rows(x).shape[0] == 1:
+        gate_up = _launch_linear(x, gate_up_weight, None, None, None, False, False, input_precision,
+                                 prologue="rmsnorm", norm_weight=norm_weight, eps=eps)
+        return _launch_linear(gate_up, down_weight, None, x, x, False, False, input_precision, prologue="swiglu")
+    activated = swiglu_linear(rmsnorm(x, norm_weight, eps), gate_up_weight, input_precision=input_precision)
+    return linear(activated, down_weight, residual=x, out=x, input_precision=input_precision)
 
 
 def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, input_precision: str = FP32_PRECISION):

@@ -12,7 +12,9 @@ Read top to bottom:
   decoder         embedding gather with audio rows replacing the placeholders → 28 × [RMSNorm → fused
                   QKV GEMM → RoPE + KV-cache write → attention (causal flash for the prompt, split-K
                   flash-decoding for one new token) → O GEMM (+residual) → RMSNorm → fused gate/up
-                  GEMM with SwiGLU → down GEMM (+residual)] → RMSNorm + lm_head + argmax fused
+                  GEMM with SwiGLU → down GEMM (+residual)] → RMSNorm + lm_head + argmax fused.
+                  For one token (decode, batch 1) each RMSNorm and the SwiGLU run inside the next
+                  GEMV's prologue, so a layer is 6 kernels instead of 9.
   generate        the prompt phase (encoder → first token) once, then one decode step per token. On
                   CUDA both are CUDA graphs, captured on first use and replayed: the prompt phase
                   per input shape, the decode step per batch and cache size, its inputs (token,
@@ -32,7 +34,7 @@ from glm_asr_common.profiling import region
 
 from .attention import decode_attention, flash_attention
 from .conv import conv1d_gelu
-from .layers import embed_tokens, greedy_head, layernorm, linear, lm_head_logits, rmsnorm, swiglu_linear
+from .layers import embed_tokens, greedy_head, layernorm, linear, llama_mlp, lm_head_logits, rmsnorm
 from .rope import apply_rope, rope_qkv_into_cache, rope_tables
 from .weight_loader import load_weights
 
@@ -133,8 +135,8 @@ class TritonGlmAsr:
         q = torch.empty((state.batch, tokens, d.num_heads, d.head_dim), dtype=self.dtype, device=self.device)
         for layer, k_cache, v_cache in zip(self.w.decoder_layers, state.k_cache, state.v_cache):
             with region("decoder.layer"):
-                h = rmsnorm(x, layer.ln1_weight, d.rms_norm_eps)
-                qkv = linear(h, layer.qkv_weight).view(state.batch, tokens, -1)
+                qkv = linear(x, layer.qkv_weight, rms_norm=(layer.ln1_weight, d.rms_norm_eps))
+                qkv = qkv.view(state.batch, tokens, -1)
                 rope_qkv_into_cache(qkv, d.num_heads, d.num_kv_heads, d.head_dim, self.dec_cos, self.dec_sin,
                                     d.rotary_dim, q, k_cache, v_cache, state.cache_pos, state.kv_start)
                 if decode:
@@ -143,8 +145,7 @@ class TritonGlmAsr:
                     attn = flash_attention(q, k_cache, v_cache, d.head_dim ** -0.5, causal=True,
                                            kv_start=state.kv_start, kv_layout="bhtd")
                 x = linear(attn.view(state.batch * tokens, -1), layer.o_weight, residual=x, out=x)
-                h = rmsnorm(x, layer.ln2_weight, d.rms_norm_eps)
-                x = linear(swiglu_linear(h, layer.gate_up_weight), layer.down_weight, residual=x, out=x)
+                x = llama_mlp(x, layer.ln2_weight, d.rms_norm_eps, layer.gate_up_weight, layer.down_weight)
         return x
 
     def _upload(self, inputs: ASRInputs) -> PromptBuffers:

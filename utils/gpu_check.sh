@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
-# Every GPU check in one call, ending with a short table:  bash utils/gpu_check.sh [OUT_DIR]
+# Every GPU check in one call, ending with a short table:  bash utils/gpu_check.sh [--sweep] [OUT_DIR]
 #
 #   1. the machine: GPU, driver, torch / triton / transformers versions
 #   2. ./benchmark.sh on the test clip, 13 tokens, random weights: Triton example bf16
 #   3. full-size parity with transformers (random weights, identical for both), fp32 and bf16,
 #      with transformers' own time per transcription as the speed anchor (utils/gpu_parity.py)
-#   4. the same benchmark for the Triton example in fp32, scratch in bf16, and the Triton template
-#      (--allow-reference all) when it exists
-#   5. benchmark_detailed.py for the Triton example in bf16: components, kernels, roofline plots
+#   4. the same benchmark for the Triton example in fp32, scratch in bf16, the Triton template
+#      (--allow-reference all) and the template with the example's kernels filled in
+#   5. benchmark_detailed.py for the Triton example against scratch, bf16 (with transformers as a
+#      third column) and fp32: components, kernels, roofline plots
+#   6. with --sweep: utils/sweep_linear.py, the tile-configuration sweep behind layers._linear_config
 #
 # Each step has its own time limit and a failed step does not stop the next. Everything lands in
-# OUT_DIR (default $OUT on the device machine): log.txt, parity.jsonl, bench.jsonl, detailed.json,
-# the plots and summary.md. Packages the GPU image lacks travel as wheels in .whl/ (soundfile, jiwer).
+# OUT_DIR (default $OUT on the device machine): log.txt, parity.jsonl, bench.jsonl, summary.md,
+# detailed.tgz (JSON, CSV and plots of step 5) and sweep.json. Packages the GPU image lacks travel
+# as wheels in .whl/ (soundfile, jiwer).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+SWEEP=0
+if [ "${1:-}" = "--sweep" ]; then
+    SWEEP=1
+    shift
+fi
 OUT_DIR="${1:-${OUT:-/tmp/gpu_check}}"
+DETAILED=/tmp/gpu_check_detailed  # packed into OUT_DIR/detailed.tgz (the device returns few files)
 mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/log.txt"
 export PYTHONUNBUFFERED=1
@@ -49,9 +58,22 @@ bench glm_asr_triton_example bfloat16
 step parity 200 python3 utils/gpu_parity.py --json "$OUT_DIR/parity.jsonl"
 bench glm_asr_triton_example float32
 bench glm_asr_scratch bfloat16
-if [ -f glm_asr_triton_template/model.py ]; then
-    bench glm_asr_triton_template bfloat16 --allow-reference all
-fi
-step detailed 150 python3 benchmark_detailed.py glm_asr_triton_example --random-weights --dtype bfloat16 \
-    --min-new-tokens 13 --max-new-tokens 13 --runs 5 --baseline hf --json "$OUT_DIR/detailed.json" --plot "$OUT_DIR"
+bench glm_asr_triton_template bfloat16 --allow-reference all
+step "fill template" 30 python3 utils/make_template.py --filled . --package glm_asr_triton_filled
+bench glm_asr_triton_filled bfloat16
+
+detailed() {  # detailed DTYPE [extra options]
+    local dtype=$1
+    shift
+    mkdir -p "$DETAILED/$dtype"
+    step "detailed $dtype" 150 python3 benchmark_detailed.py glm_asr_triton_example --random-weights --dtype "$dtype" \
+        --min-new-tokens 13 --max-new-tokens 13 --runs 5 --compare glm_asr_scratch \
+        --json "$DETAILED/$dtype/detailed.json" --csv "$DETAILED/$dtype/kernels.csv" --plot "$DETAILED/$dtype" "$@"
+    tar czf "$OUT_DIR/detailed.tgz" -C "$DETAILED" .
+}
+detailed bfloat16 --baseline hf
+detailed float32
 step summary 30 python3 utils/gpu_summary.py "$OUT_DIR"
+if [ "$SWEEP" = 1 ]; then
+    step sweep 240 python3 utils/sweep_linear.py --json "$OUT_DIR/sweep.json"
+fi
