@@ -37,7 +37,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/lay
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from ._triton_compat import FP32_PRECISION, INTERPRET, round_to  # noqa: E402
+from ._triton_compat import FP32_PRECISION, INTERPRET, pdl_enabled, release_consumer, round_to, wait_for_producer  # noqa: E402
 
 # A module-level constexpr is resolved when a kernel is compiled: the workaround costs nothing on GPU.
 _INTERPRETER = tl.constexpr(INTERPRET)
@@ -464,7 +464,7 @@ def _gemv_input(x_ptr, norm_weight_ptr, offs_k, k_mask, K, inv_rms, PROLOGUE: tl
 @triton.jit
 def gemv_kernel(
     x_ptr, w_ptr, bias_ptr, residual_ptr, out_ptr, partial_ptr, norm_weight_ptr, N, K, stride_wn, k_per_split, eps,
-    SPLIT_K: tl.constexpr, APPLY_GELU: tl.constexpr, PROLOGUE: tl.constexpr,
+    SPLIT_K: tl.constexpr, APPLY_GELU: tl.constexpr, PROLOGUE: tl.constexpr, PDL: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """One output row (M = 1): BLOCK_N outputs over one K slice, on the CUDA cores.
@@ -475,7 +475,10 @@ def gemv_kernel(
     fused_linear_kernel (ungated). PROLOGUE ("none", "rmsnorm", "swiglu", see _gemv_input) folds
     the kernel that would have produced x into this one: every program recomputes it from the few
     kilobytes of x, which L2 serves, instead of a launch and a round trip through memory.
+    PDL: the first K step's weights are loaded before waiting for the previous kernel (they never
+    depend on it), so that load overlaps the previous kernel's tail.
     """
+    release_consumer(PDL)
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
     dtype = out_ptr.dtype.element_ty
@@ -483,12 +486,16 @@ def gemv_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = split * k_per_split + tl.arange(0, BLOCK_K)
     n_mask = offs_n < N
+    w_ptrs = w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :]
+    k_mask = offs_k < K
+    w_tile = tl.load(w_ptrs, mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+    wait_for_producer(PDL)
     inv_rms = 0.0
     if PROLOGUE == "rmsnorm":
         inv_rms = _inv_rms(x_ptr, K, eps, BLOCK_K)
-    w_ptrs = w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :]
-    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    for k_step in range(0, k_per_split, BLOCK_K):
+    x_row = _gemv_input(x_ptr, norm_weight_ptr, offs_k, k_mask, K, inv_rms, PROLOGUE, dtype)
+    acc = w_tile.to(tl.float32) * x_row[None, :]
+    for k_step in range(BLOCK_K, k_per_split, BLOCK_K):
         k_mask = offs_k < K - k_step
         x_row = _gemv_input(x_ptr, norm_weight_ptr, k_step + offs_k, k_mask, K, inv_rms, PROLOGUE, dtype)
         w_tile = tl.load(w_ptrs + k_step, mask=n_mask[:, None] & k_mask[None, :], other=0.0)
@@ -503,9 +510,11 @@ def gemv_kernel(
 @triton.jit
 def splitk_epilogue_kernel(
     partial_ptr, bias_ptr, residual_ptr, out_ptr, M, N, stride_rm, stride_om,
-    SPLIT_K: tl.constexpr, APPLY_GELU: tl.constexpr, GATED: tl.constexpr,
+    SPLIT_K: tl.constexpr, APPLY_GELU: tl.constexpr, GATED: tl.constexpr, PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
+    release_consumer(PDL)
+    wait_for_producer(PDL)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -533,11 +542,14 @@ def _sm_count(device: torch.device) -> int:
 
 # Rows at or below which a launch is bound by reading the weight once (decode: M = batch size).
 SKINNY_MAX_M = 16
+# Up to this many rows (a short prompt) one row tile covers M and the weight is still read once.
+ONE_TILE_MAX_M = 64
 
-# Tiles for M > SKINNY_MAX_M: (BLOCK_M, BLOCK_N, num_warps, throughput relative to 128x128). The
-# rates were read off an H200 in bf16 (K = 1280..6144): smaller tiles run slower per element but
-# fill the last wave of a small grid better, and _linear_config weighs the two.
-_GEMM_TILES = ((128, 128, 8, 1.0), (64, 128, 4, 0.85), (64, 64, 4, 0.7))
+# Tiles for M > ONE_TILE_MAX_M: (BLOCK_M, BLOCK_N, num_warps, throughput relative to 128x128). The
+# rates were read off an H200 and an H100 in bf16 (K = 1280..6144; utils/sweep_linear.py): smaller
+# tiles run slower per element but fill the last wave of a small grid better, and _linear_config
+# weighs the two.
+_GEMM_TILES = ((128, 256, 8, 1.2), (128, 128, 8, 1.0), (64, 128, 4, 0.85), (64, 64, 4, 0.7))
 
 
 def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms: int) -> tuple[str, dict]:
@@ -546,25 +558,37 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
     A hand-picked table instead of autotuning: nothing is benchmarked on a first call (which would
     also break CUDA-graph capture) and every run makes the same choice. Sizes are in bytes where the
     dtype matters, so fp32 gets the same shared memory per stage as bf16. N counts output features;
-    a gated launch holds two accumulators of (BLOCK_M, BLOCK_N).
+    a gated launch holds two accumulators of (BLOCK_M, BLOCK_N). The entries come from
+    utils/sweep_linear.py on an H100 (docs/performance.md); the figures quoted are bf16 there.
     """
     if INTERPRET:
         return _interpreter_linear_config(M, N, K, gated)
     elem_bytes = dtype.itemsize
     if M == 1 and not gated:
-        # 4 weight rows x 2 KiB per step: 4 warps issue four 16-byte loads per thread. Split K only
-        # when N is too narrow to give every SM a program. (Gated, the two weight tiles' registers
-        # leave too few loads in flight: the 16-row tensor-core launch below measured faster.)
-        block_n, block_k = 4, 2048 // elem_bytes
+        # 8 weight rows x 4 KiB per step: each thread of 4 warps keeps eight 16-byte loads in
+        # flight (8 warps for long rows). Measured against 4 rows x 2 KiB: 20.3 vs 23.4 us on the
+        # 50 MB gate|up matrix, 11.1 vs 14.6 us on down. Split K only when N is too narrow to give
+        # every SM a program.
+        block_n, block_k = 8, 4096 // elem_bytes
         split = max(1, min(sms // triton.cdiv(N, block_n), K // (2 * block_k)))
-        return "gemv", dict(BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, num_warps=4, num_stages=3)
+        return "gemv", dict(BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, num_warps=8 if K >= 4096 else 4,
+                            num_stages=2)
     if M <= SKINNY_MAX_M:
-        # One 16-row tensor-core tile covers every row (padding rows read as zeros); 32 weight rows x 1 KiB per step (512 B when
-        # gated, to fit three stages of two weight tiles), split K in two when the column tiles
-        # cannot fill the SMs and K is long.
+        # One 16-row tensor-core tile covers every row (padding rows read as zeros); 32 weight rows
+        # x 1 KiB per step (512 B when gated, to fit three stages of two weight tiles), split K in
+        # two when the column tiles cannot fill the SMs and K is long.
         block_n, block_k = 32, (512 if gated else 1024) // elem_bytes
         split = 2 if triton.cdiv(N, block_n) < sms and K > 4 * block_k else 1
         return "gemm", dict(BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=1, SPLIT_K=split,
+                            num_warps=4, num_stages=3)
+    if M <= ONE_TILE_MAX_M:
+        # Still bound by the weight: narrow column tiles, 256-byte K steps, and split K until the
+        # SMs hold about two programs each (prefill of a 59-token prompt: 9.9 vs 15.2 us for
+        # q|k|v, 15.1 vs 17.2 us for down, 21.8 vs 25.7 us for gate|up).
+        block_n = 32
+        tiles = triton.cdiv(N, block_n)
+        split = 1 if tiles >= sms else min(4, triton.cdiv(2 * sms, tiles), K // 512)
+        return "gemm", dict(BLOCK_M=64, BLOCK_N=block_n, BLOCK_K=256 // elem_bytes, GROUP_M=1, SPLIT_K=split,
                             num_warps=4, num_stages=3)
 
     def cost(tile):
@@ -578,10 +602,11 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
     else:
         # Short K loops lose more to filling a deep pipeline than they gain from it.
         block_k, stages = 64, (4 if block_m == 128 and K > 2048 else 3)
-    # Too few tiles to give every SM two programs and a long K: split K too (1024 columns a slice
-    # at least). Below K = 4096 the extra epilogue launch cost more than it saved on an H200.
+    # Split K only when the tiles leave most SMs idle and K is long: the fp32 partials cost a
+    # round trip through memory and a launch (the encoder's fc2, 120 tiles on 132 SMs: 38.4 us
+    # whole, 62.3 us split in three).
     tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
-    split = min(triton.cdiv(2 * sms, tiles), K // 1024) if K >= 4096 else 1
+    split = min(triton.cdiv(2 * sms, tiles), K // 1024) if K >= 4096 and 2 * tiles <= sms else 1
     return "gemm", dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SPLIT_K=split,
                         num_warps=warps, num_stages=stages)
 
@@ -626,10 +651,11 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_prec
     partial = None
     if split > 1:
         partial = torch.empty((split, M, 2 * N if gated else N), dtype=torch.float32, device=x.device)
+    pdl = pdl_enabled(x.device)
     if kind == "gemv":
         gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), split)](
             rows, weight, bias, residual_rows, out_rows, partial, norm_weight, N, K, weight.stride(0), k_per_split,
-            eps, SPLIT_K=split, APPLY_GELU=apply_gelu, PROLOGUE=prologue, **cfg,
+            eps, SPLIT_K=split, APPLY_GELU=apply_gelu, PROLOGUE=prologue, PDL=pdl, launch_pdl=pdl, **cfg,
         )
     else:
         fused_linear_kernel[(triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), split)](
@@ -641,8 +667,8 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_prec
         block_n = 128
         splitk_epilogue_kernel[(triton.cdiv(M, SKINNY_MAX_M), triton.cdiv(N, block_n))](
             partial, bias, residual_rows, out_rows, M, N, stride_rm, out_rows.stride(0),
-            SPLIT_K=split, APPLY_GELU=apply_gelu, GATED=gated, BLOCK_M=SKINNY_MAX_M, BLOCK_N=block_n,
-            num_warps=4,
+            SPLIT_K=split, APPLY_GELU=apply_gelu, GATED=gated, PDL=pdl, BLOCK_M=SKINNY_MAX_M, BLOCK_N=block_n,
+            num_warps=4, launch_pdl=pdl,
         )
     return out
 
@@ -716,8 +742,10 @@ def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, inpu
 @triton.jit
 def embed_tokens_kernel(
     ids_ptr, audio_index_ptr, table_ptr, audio_ptr, out_ptr, H, stride_table, stride_audio, stride_out,
-    BLOCK_H: tl.constexpr,
+    PDL: tl.constexpr, BLOCK_H: tl.constexpr,
 ):
+    release_consumer(PDL)
+    wait_for_producer(PDL)
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     mask = cols < H
@@ -753,7 +781,7 @@ def embed_tokens(
     block_h = min(triton.next_power_of_2(H), 2048)
     embed_tokens_kernel[(M, triton.cdiv(H, block_h))](
         input_ids, audio_index, table, audio, out, H, table.stride(0), audio.stride(0), out.stride(0),
-        BLOCK_H=block_h, num_warps=_warps_for_row(block_h),
+        PDL=(pdl := pdl_enabled(table.device)), BLOCK_H=block_h, num_warps=_warps_for_row(block_h), launch_pdl=pdl,
     )
     return out
 
@@ -783,7 +811,9 @@ def _block_argmax(logits, cols, V, banned_ptr, num_banned, suppress_ptr, BLOCK_B
 
 
 @triton.jit
-def argmax_reduce_kernel(max_ptr, idx_ptr, out_ptr, n_blocks, BLOCK: tl.constexpr):
+def argmax_reduce_kernel(max_ptr, idx_ptr, out_ptr, n_blocks, PDL: tl.constexpr, BLOCK: tl.constexpr):
+    release_consumer(PDL)
+    wait_for_producer(PDL)
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n_blocks
@@ -799,8 +829,9 @@ def argmax_reduce_kernel(max_ptr, idx_ptr, out_ptr, n_blocks, BLOCK: tl.constexp
 def _reduce_block_argmax(partial_max, partial_idx, out_ids):
     n_rows, n_blocks = partial_max.shape
     block = triton.next_power_of_2(n_blocks)
-    argmax_reduce_kernel[(n_rows,)](partial_max, partial_idx, out_ids, n_blocks, BLOCK=block,
-                                   num_warps=_warps_for_row(block))
+    pdl = pdl_enabled(out_ids.device)
+    argmax_reduce_kernel[(n_rows,)](partial_max, partial_idx, out_ids, n_blocks, PDL=pdl, BLOCK=block,
+                                   num_warps=_warps_for_row(block), launch_pdl=pdl)
     return out_ids
 
 
@@ -849,11 +880,13 @@ def argmax_rows(logits: torch.Tensor, banned_ids: torch.Tensor, suppress: torch.
 def lm_head_argmax_kernel(
     x_ptr, w_ptr, banned_ptr, suppress_ptr, max_ptr, idx_ptr,
     B, V, H, stride_xm, stride_wv, num_banned, n_blocks,
-    INPUT_PRECISION: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_BANNED: tl.constexpr,
 ):
     """Logits of BLOCK_V vocabulary rows for BLOCK_M hidden states, reduced at once to per-row
     (max, argmax) partials: the (B, V) logits never reach memory."""
+    release_consumer(PDL)
+    wait_for_producer(PDL)
     block = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = block * BLOCK_V + tl.arange(0, BLOCK_V)
@@ -913,7 +946,8 @@ def greedy_head(
     lm_head_argmax_kernel[(n_blocks, triton.cdiv(B, cfg["BLOCK_M"]))](
         x_normed, lm_head_weight, banned, suppress, partial_max, partial_idx,
         B, V, H, x_normed.stride(0), lm_head_weight.stride(0), num_banned, n_blocks,
-        INPUT_PRECISION=input_precision, BLOCK_BANNED=block_banned, **cfg,
+        INPUT_PRECISION=input_precision, PDL=(pdl := pdl_enabled(x.device)), BLOCK_BANNED=block_banned,
+        launch_pdl=pdl, **cfg,
     )
     return _reduce_block_argmax(partial_max, partial_idx, out_ids)
 

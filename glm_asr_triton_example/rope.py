@@ -34,7 +34,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/rop
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from ._triton_compat import INTERPRET, round_to  # noqa: E402
+from ._triton_compat import INTERPRET, pdl_enabled, release_consumer, round_to, wait_for_producer  # noqa: E402
 
 @triton.jit
 def _rotate(x1, x2, cos, sin):
@@ -208,7 +208,9 @@ def rope_qkv_to_cache_kernel(qkv_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, cos_p
                              HEAD_DIM: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
                              BLOCK_PASS: tl.constexpr, COPY_PASS: tl.constexpr,
                              BLOCK_HQ: tl.constexpr, BLOCK_HKV: tl.constexpr, BLOCK_D: tl.constexpr,
-                             BLOCK_T: tl.constexpr):
+                             BLOCK_T: tl.constexpr, PDL: tl.constexpr):
+    release_consumer(PDL)
+    wait_for_producer(PDL)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
     b = tl.program_id(1)
     token_mask = t < T
@@ -273,6 +275,7 @@ def rope_qkv_into_cache(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, 
         BLOCK_PASS=triton.next_power_of_2(max(head_dim - rotary_dim, 1)), COPY_PASS=rotary_dim < head_dim,
         BLOCK_HQ=triton.next_power_of_2(num_q_heads), BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
         BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_T=block_t, num_warps=4, enable_fp_fusion=False,
+        PDL=(pdl := pdl_enabled(qkv.device)), launch_pdl=pdl,
     )
 
 

@@ -12,6 +12,7 @@
    Importing this module under the interpreter patches that conversion.
 """
 
+import functools
 import os
 
 import triton
@@ -68,3 +69,33 @@ def _patch_scalar_index():
 
 if INTERPRET:
     _patch_scalar_index()
+
+
+# Programmatic dependent launch (Hopper and later): a kernel launched with launch_pdl=True may start
+# while the kernel before it in the stream is still finishing, so its launch and its reads of
+# constant data (weights) overlap that kernel's tail. Every such kernel must call wait_for_producer
+# before it touches memory the previous kernel writes or reads. The decode step, a chain of ~170
+# short kernels, is where this pays.
+@functools.lru_cache(maxsize=None)
+def pdl_enabled(device) -> bool:
+    """True on a CUDA device of compute capability 9.0+ unless GLM_ASR_PDL=0 (for comparisons)."""
+    import torch
+
+    device = torch.device(device)
+    if INTERPRET or device.type != "cuda" or os.environ.get("GLM_ASR_PDL", "1") == "0":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+@triton.jit
+def wait_for_producer(PDL: tl.constexpr):
+    """Block until the previous kernel has finished and its writes are visible (PDL launches only)."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+
+
+@triton.jit
+def release_consumer(PDL: tl.constexpr):
+    """Let the next kernel launch once every program of this one has reached here (a hint)."""
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()

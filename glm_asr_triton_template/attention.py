@@ -34,7 +34,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from glm_asr_common.teaching import student_kernel  # noqa: E402
 
-from ._triton_compat import FP32_PRECISION, INTERPRET, dot, round_to  # noqa: E402
+from ._triton_compat import FP32_PRECISION, INTERPRET, dot, pdl_enabled, release_consumer, round_to, wait_for_producer  # noqa: E402
 
 LOG2E = 1.4426950408889634
 
@@ -354,9 +354,12 @@ def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, cache_len_ptr, kv_start_p
                                   stride_vb, stride_vh, stride_vt,
                                   stride_mb, stride_mh, stride_ab, stride_ah, stride_as, stride_ob, stride_oh,
                                   HAS_KV_START: tl.constexpr, HEAD_DIM: tl.constexpr, SPLIT: tl.constexpr,
-                                  DIRECT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr):
+                                  DIRECT: tl.constexpr, PDL: tl.constexpr, BLOCK_N: tl.constexpr,
+                                  BLOCK_G: tl.constexpr):
     """One split of the cache for the `group` query heads of one kv head. DIRECT (a single split):
     the normalised output goes straight to o_ptr and no combine kernel runs."""
+    release_consumer(PDL)
+    wait_for_producer(PDL)
     split = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // n_kv_heads
@@ -416,7 +419,9 @@ def decode_attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, cache_len_ptr,
                                     stride_mb, stride_mh, stride_ab, stride_ah, stride_as,
                                     stride_ob, stride_oh,
                                     HAS_KV_START: tl.constexpr, HEAD_DIM: tl.constexpr, SPLIT: tl.constexpr,
-                                    BLOCK_S: tl.constexpr):
+                                    PDL: tl.constexpr, BLOCK_S: tl.constexpr):
+    release_consumer(PDL)
+    wait_for_producer(PDL)
     pid = tl.program_id(0)
     b = pid // n_q_heads
     h = pid % n_q_heads
@@ -471,6 +476,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     part_l = torch.empty_like(part_m)
     part_acc = torch.empty((B, Hq, 0 if direct else num_splits, D), dtype=torch.float32, device=q.device)
     kv_start_arg = kv_start if kv_start is not None else cache_len
+    pdl = pdl_enabled(q.device)
     decode_attention_split_kernel[(num_splits, B * Hkv)](
         q, k_cache, v_cache, cache_len, kv_start_arg, part_m, part_l, part_acc, out,
         Hkv, group, scale * LOG2E,
@@ -478,17 +484,17 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         part_m.stride(0), part_m.stride(1), part_acc.stride(0), part_acc.stride(1), part_acc.stride(2),
         out.stride(0), out.stride(2),
-        HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size, DIRECT=direct,
+        HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size, DIRECT=direct, PDL=pdl,
         BLOCK_N=min(split_size if INTERPRET else 64, split_size),
-        BLOCK_G=max(16, triton.next_power_of_2(group)), num_warps=4, num_stages=2,
+        BLOCK_G=max(16, triton.next_power_of_2(group)), num_warps=4, num_stages=2, launch_pdl=pdl,
     )
     if not direct:
         decode_attention_combine_kernel[(B * Hq,)](
             part_m, part_l, part_acc, out, cache_len, kv_start_arg, Hq, num_splits,
             part_m.stride(0), part_m.stride(1), part_acc.stride(0), part_acc.stride(1), part_acc.stride(2),
             out.stride(0), out.stride(2),
-            HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size,
-            BLOCK_S=triton.next_power_of_2(num_splits), num_warps=4,
+            HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size, PDL=pdl,
+            BLOCK_S=triton.next_power_of_2(num_splits), num_warps=4, launch_pdl=pdl,
         )
     return out
 

@@ -55,6 +55,9 @@ step machine 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total
     python3 -c "import torch, triton, transformers; print(\"torch\", torch.__version__, \"triton\", triton.__version__, \"transformers\", transformers.__version__)"'
 # Most important first: a lease that runs out still returns what the earlier steps wrote.
 bench glm_asr_triton_example bfloat16
+# The anchor for programmatic dependent launch: the same run with it switched off (log only).
+step "bench glm_asr_triton_example bfloat16 without PDL" 120 env GLM_ASR_PDL=0 ./benchmark.sh glm_asr_triton_example \
+    --random-weights --min-new-tokens 13 --max-new-tokens 13 --dtype bfloat16 --warmup 2 --runs 10
 step parity 200 python3 utils/gpu_parity.py --json "$OUT_DIR/parity.jsonl"
 bench glm_asr_triton_example float32
 bench glm_asr_scratch bfloat16
