@@ -603,6 +603,10 @@ def print_report(rep: dict, peaks, top: int = 30):
     else:
         notes.append("kernel ms = GPU kernel time attributed to the innermost region in the profiled run; its "
                      "remainder is GPU idle time (launch gaps, host work, syncs).")
+        if rep["decode_step"]["kernel_median_ms"] > 1.05 * rep["decode_step"]["median_ms"]:
+            notes.append("kernel ms above wall ms: with programmatic dependent launch (Hopper and later) a kernel "
+                         "starts before the previous one ends and its time includes that wait, so kernels overlap "
+                         "and their sum exceeds the wall time; GLM_ASR_PDL=0 gives per-kernel times without overlap.")
     notes.append("wall ms = time between region entry and exit (CUDA events / CPU clock) in the same runs; its "
                  "remainder is only that medians do not add exactly.")
     if rep["cuda_graph"]:
@@ -754,6 +758,26 @@ def write_csv(path: str, reports: list[dict]):
         raise UserError(f"cannot write --csv {path}: {e.strerror}") from None
 
 
+def _prompt_graph(report: dict) -> bool:
+    return bool((report.get("cuda_graph") or {}).get("prompt_graph"))
+
+
+def _bar_values(report: dict) -> dict[str, float]:
+    """Wall ms per top-level component for the stacked bar. A replayed prompt graph times encoder,
+    projector and prefill as one (the prefill row); its wall time is shared out in proportion to the
+    kernel time of each, so the bar still shows where the prompt phase goes."""
+    comps = {c["key"]: c for c in report["components"]}
+    values = {key: max(0.0, comps[key]["wall_ms"]) for key in ("encoder", "projector", "prefill", "decode", "outside")}
+    if _prompt_graph(report):
+        phase = ("encoder", "projector", "prefill")
+        kernel = {key: max(0.0, comps[key]["kernel_ms"] or 0.0) for key in phase}
+        total = sum(kernel.values())
+        if total > 0:
+            wall = sum(values[key] for key in phase)
+            values.update({key: wall * kernel[key] / total for key in phase})
+    return values
+
+
 def import_pyplot():
     try:
         import matplotlib
@@ -846,11 +870,12 @@ def write_plots(out_dir: str, reports: list[dict], peaks) -> list[str]:
              ("decode", "decode steps", "#d62728"), ("outside", "outside regions", "#7f7f7f")]
     labels = [r["label"] for r in reports]
     bottoms = [0.0] * len(reports)
+    bar_values = [_bar_values(r) for r in reports]
     for key, name, color in parts:
-        vals = [max(0.0, next(c["wall_ms"] for c in r["components"] if c["key"] == key)) for r in reports]
+        vals = [values[key] for values in bar_values]
         bars = ax.bar(labels, vals, bottom=bottoms, color=color, label=name, width=0.55)
         for b, v, bot, r in zip(bars, vals, bottoms, reports):
-            if v > 0.04 * r["component_totals"]["end_to_end_ms"]:
+            if v > 0.1 * r["component_totals"]["end_to_end_ms"]:
                 ax.text(b.get_x() + b.get_width() / 2, bot + v / 2, f"{fmt_ms(v)} ms", ha="center", va="center",
                         fontsize=8, color="white")
         bottoms = [b + v for b, v in zip(bottoms, vals)]
@@ -860,7 +885,10 @@ def write_plots(out_dir: str, reports: list[dict], peaks) -> list[str]:
         ax.text(i, e2e, f"end to end {fmt_ms(e2e)} ms\n(remainder {fmt_ms(e2e - bottoms[i])} ms)", ha="center",
                 va="bottom", fontsize=8)
     ax.set_ylabel("ms (median over runs, region timers)")
-    ax.set_title(f"Where one transcription's time goes\n{reports[0]['dtype']}, {peaks.device}", fontsize=9)
+    split_note = ("\n* one CUDA graph from encoder to first token: its wall time split by kernel time"
+                  if any(_prompt_graph(r) for r in reports) else "")
+    ax.set_title(f"Where one transcription's time goes\n{reports[0]['dtype']}, {peaks.device}{split_note}", fontsize=9)
+    ax.set_xticks(range(len(reports)), [r["label"] + (" *" if _prompt_graph(r) else "") for r in reports])
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_ylim(0, max(max(bottoms), max(r["component_totals"]["end_to_end_ms"] for r in reports)) * 1.15)
     fig.tight_layout()

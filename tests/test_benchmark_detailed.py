@@ -169,6 +169,26 @@ def real_cfg():
     return cfg
 
 
+def test_bar_shares_a_prompt_graph_by_kernel_time():
+    """A replayed prompt graph times encoder, projector and prefill as one: the bar splits that wall
+    time by kernel time (the H100 run's numbers); other reports keep their own wall times."""
+    def component(key, wall, kernel):
+        return {"key": key, "wall_ms": wall, "kernel_ms": kernel}
+
+    graphed = {"cuda_graph": {"prompt_graph": True}, "components": [
+        component("encoder", 0.0, 6.29), component("projector", 0.0, 0.075), component("prefill", 8.82, 1.99),
+        component("decode", 16.6, 28.0), component("outside", 0.6, 0.02)]}
+    values = benchmark_detailed._bar_values(graphed)
+    assert values["encoder"] + values["projector"] + values["prefill"] == pytest.approx(8.82)
+    assert values["encoder"] == pytest.approx(8.82 * 6.29 / 8.355)
+    assert values["decode"] == 16.6 and values["outside"] == 0.6
+    eager = {"cuda_graph": None, "components": [
+        component("encoder", 29.5, 20.0), component("projector", 0.2, 0.1), component("prefill", 39.9, 30.0),
+        component("decode", 458.5, 400.0), component("outside", -0.1, 0.0)]}
+    assert benchmark_detailed._bar_values(eager) == {"encoder": 29.5, "projector": 0.2, "prefill": 39.9,
+                                                     "decode": 458.5, "outside": 0.0}
+
+
 def test_decode_step_weight_bytes_bf16(real_cfg):
     h, i, d = REAL["dec_h"], REAL["dec_i"], REAL["dec_d"]
     q, kv = REAL["q_heads"] * d, REAL["kv_heads"] * d
