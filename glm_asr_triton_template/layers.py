@@ -388,30 +388,17 @@ def _gemv_input(x_ptr, norm_weight_ptr, offs_k, k_mask, K, inv_rms, PROLOGUE: tl
 
 
 @triton.jit
-def gemv_kernel(
-    x_ptr, w_ptr, bias_ptr, residual_ptr, out_ptr, partial_ptr, norm_weight_ptr, N, K, stride_wn, k_per_split, eps,
-    SPLIT_K: tl.constexpr, APPLY_GELU: tl.constexpr, PROLOGUE: tl.constexpr, PDL: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-):
-    """One output row (M = 1): BLOCK_N outputs over one K slice, on the CUDA cores.
+def gemv_rows(x_ptr, w_ptr, norm_weight_ptr, offs_n, n_mask, k_start, k_len, K, stride_wn, eps,
+              PROLOGUE: tl.constexpr, PDL: tl.constexpr, BLOCK_K: tl.constexpr, dtype: tl.constexpr):
+    """sum_k W[n, k] * input[k] over k in [k_start, k_start + k_len), in fp32, for the rows offs_n
+    (any set of weight rows; RoPE's epilogue takes pairs half a head apart).
 
-    A single row leaves a tensor-core tile nothing to reuse, and the time is all in streaming W.
-    Each thread multiplies its 16-byte vectors of W by x and keeps lane-wise partial sums; the
-    cross-lane reduction happens once, after the loop. Same split-K and epilogue contract as
-    fused_linear_kernel (ungated). PROLOGUE ("none", "rmsnorm", "swiglu", see _gemv_input) folds
-    the kernel that would have produced x into this one: every program recomputes it from the few
-    kilobytes of x, which L2 serves, instead of a launch and a round trip through memory.
-    PDL: the first K step's weights are loaded before waiting for the previous kernel (they never
-    depend on it), so that load overlaps the previous kernel's tail.
+    The input is x after PROLOGUE ("none", "rmsnorm", "swiglu", see _gemv_input). Each thread
+    multiplies its 16-byte vectors of W by the input and keeps lane-wise partial sums; the
+    cross-lane reduction happens once, after the loop. With PDL the first step's weights are loaded
+    before waiting for the previous kernel (they never depend on it), so that load overlaps its tail.
     """
-    release_consumer(PDL)
-    pid_n = tl.program_id(0)
-    split = tl.program_id(1)
-    dtype = out_ptr.dtype.element_ty
-    offs_m = tl.arange(0, 1)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = split * k_per_split + tl.arange(0, BLOCK_K)
-    n_mask = offs_n < N
+    offs_k = k_start + tl.arange(0, BLOCK_K)
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :]
     k_mask = offs_k < K
     w_tile = tl.load(w_ptrs, mask=n_mask[:, None] & k_mask[None, :], other=0.0)
@@ -421,12 +408,33 @@ def gemv_kernel(
         inv_rms = _inv_rms(x_ptr, K, eps, BLOCK_K)
     x_row = _gemv_input(x_ptr, norm_weight_ptr, offs_k, k_mask, K, inv_rms, PROLOGUE, dtype)
     acc = w_tile.to(tl.float32) * x_row[None, :]
-    for k_step in range(BLOCK_K, k_per_split, BLOCK_K):
+    for k_step in range(BLOCK_K, k_len, BLOCK_K):
         k_mask = offs_k < K - k_step
         x_row = _gemv_input(x_ptr, norm_weight_ptr, k_step + offs_k, k_mask, K, inv_rms, PROLOGUE, dtype)
         w_tile = tl.load(w_ptrs + k_step, mask=n_mask[:, None] & k_mask[None, :], other=0.0)
         acc += w_tile.to(tl.float32) * x_row[None, :]
-    total = tl.sum(acc, axis=1)[None, :]
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def gemv_kernel(
+    x_ptr, w_ptr, bias_ptr, residual_ptr, out_ptr, partial_ptr, norm_weight_ptr, N, K, stride_wn, k_per_split, eps,
+    SPLIT_K: tl.constexpr, APPLY_GELU: tl.constexpr, PROLOGUE: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """One output row (M = 1): BLOCK_N outputs over one K slice, on the CUDA cores.
+
+    A single row leaves a tensor-core tile nothing to reuse, and the time is all in streaming W.
+    Same split-K and epilogue contract as fused_linear_kernel (ungated). PROLOGUE folds the kernel
+    that would have produced x into this one: every program recomputes it from the few kilobytes
+    of x, which L2 serves, instead of a launch and a round trip through memory.
+    """
+    release_consumer(PDL)
+    split = tl.program_id(1)
+    offs_m = tl.arange(0, 1)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    total = gemv_rows(x_ptr, w_ptr, norm_weight_ptr, offs_n, offs_n < N, split * k_per_split, k_per_split, K,
+                      stride_wn, eps, PROLOGUE, PDL, BLOCK_K, out_ptr.dtype.element_ty)[None, :]
     if SPLIT_K == 1:
         _store_linear(total, offs_m, offs_n, 1, N, bias_ptr, residual_ptr, 0, out_ptr, 0, APPLY_GELU)
     else:

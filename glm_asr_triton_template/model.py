@@ -13,8 +13,9 @@ Read top to bottom:
                   QKV GEMM → RoPE + KV-cache write → attention (causal flash for the prompt, split-K
                   flash-decoding for one new token) → O GEMM (+residual) → RMSNorm → fused gate/up
                   GEMM with SwiGLU → down GEMM (+residual)] → RMSNorm + lm_head + argmax fused.
-                  For one token (decode, batch 1) each RMSNorm and the SwiGLU run inside the next
-                  GEMV's prologue, so a layer is 6 kernels instead of 9.
+                  For one token (decode, batch 1) a layer is 5 kernels: RMSNorm → q|k|v GEMV → RoPE
+                  → cache write in one, attention, O (+residual), RMSNorm → gate|up, and SwiGLU →
+                  down (+residual): each RMSNorm and the SwiGLU run in the next GEMV's prologue.
   generate        the prompt phase (encoder → first token) once, then one decode step per token. On
                   CUDA both are CUDA graphs, captured on first use and replayed: the prompt phase
                   per input shape, the decode step per batch and cache size, its inputs (token,
@@ -35,7 +36,7 @@ from glm_asr_common.profiling import region
 from .attention import decode_attention, flash_attention
 from .conv import conv1d_gelu
 from .layers import embed_tokens, greedy_head, layernorm, linear, llama_mlp, lm_head_logits, rmsnorm
-from .rope import apply_rope, rope_qkv_into_cache, rope_tables
+from .rope import apply_rope, project_qkv_into_cache, rope_tables
 from .weight_loader import load_weights
 
 # Cache lengths are rounded up to this so repeated transcriptions reuse one cache and one CUDA graph.
@@ -135,10 +136,9 @@ class TritonGlmAsr:
         q = torch.empty((state.batch, tokens, d.num_heads, d.head_dim), dtype=self.dtype, device=self.device)
         for layer, k_cache, v_cache in zip(self.w.decoder_layers, state.k_cache, state.v_cache):
             with region("decoder.layer"):
-                qkv = linear(x, layer.qkv_weight, rms_norm=(layer.ln1_weight, d.rms_norm_eps))
-                qkv = qkv.view(state.batch, tokens, -1)
-                rope_qkv_into_cache(qkv, d.num_heads, d.num_kv_heads, d.head_dim, self.dec_cos, self.dec_sin,
-                                    d.rotary_dim, q, k_cache, v_cache, state.cache_pos, state.kv_start)
+                project_qkv_into_cache(x, layer.qkv_weight, layer.ln1_weight, d.rms_norm_eps, d.num_heads,
+                                       d.num_kv_heads, d.head_dim, self.dec_cos, self.dec_sin, d.rotary_dim,
+                                       q, k_cache, v_cache, state.cache_pos, state.kv_start)
                 if decode:
                     attn = decode_attention(q, k_cache, v_cache, state.valid_len, state.kv_start, d.head_dim ** -0.5)
                 else:

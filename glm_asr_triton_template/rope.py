@@ -10,13 +10,15 @@ with angle = position * inv_freq[d], inv_freq[d] = 1 / theta^(2d / rotary_dim). 
 ``rotary_dim`` on pass through unchanged. The audio encoder rotates the first half of each 64-wide
 head (rotary_dim 32, "partial rotary"); the text decoder rotates the whole 128-wide head.
 
-Three kernels, each next to its launcher:
+Four kernels, each next to its launcher:
 
 * ``compute_freqs_kernel`` / ``rope_tables``: the cos and sin tables, once per model.
 * ``rope_kernel`` / ``apply_rope``: rotate a strided (B, T, H, D) view in place (the encoder's q and
   k heads inside its fused QKV projection output).
 * ``rope_qkv_to_cache_kernel`` / ``rope_qkv_into_cache``: the decoder's fused step, reading the fused
   QKV output once and writing rotated q, rotated k and raw v where attention wants them.
+* ``qkv_rope_gemv_kernel`` / ``project_qkv_into_cache``: for one new token, the whole of it in one
+  launch: RMSNorm, the q|k|v GEMV, the rotation and the cache write.
 
 Numerics follow transformers: tables in fp32, then cast to the activation dtype, and in bf16 every
 product and the sum are rounded to bf16, exactly where torch rounds them. The rotation kernels are
@@ -37,6 +39,7 @@ import triton.language as tl  # noqa: E402
 from glm_asr_common.teaching import student_kernel  # noqa: E402
 
 from ._triton_compat import INTERPRET, pdl_enabled, release_consumer, round_to, wait_for_producer  # noqa: E402
+from .layers import gemv_rows, linear  # noqa: E402
 
 @triton.jit
 def _rotate(x1, x2, cos, sin):
@@ -259,6 +262,93 @@ def rope_qkv_into_cache(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, 
         BLOCK_HQ=triton.next_power_of_2(num_q_heads), BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
         BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_T=block_t, num_warps=4, enable_fp_fusion=False,
         PDL=(pdl := pdl_enabled(qkv.device)), launch_pdl=pdl,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Decoder, one new token: the q|k|v GEMV with RMSNorm in its prologue and RoPE + cache write in its
+# epilogue (one launch instead of RMSNorm, GEMV and rope_qkv_to_cache)
+# --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def qkv_rope_gemv_kernel(x_ptr, w_ptr, norm_weight_ptr, eps, cos_ptr, sin_ptr, cache_pos_ptr, kv_start_ptr,
+                         q_out_ptr, k_cache_ptr, v_cache_ptr, K, stride_wn, stride_table,
+                         stride_kc_h, stride_kc_t, stride_vc_h, stride_vc_t, cache_len_max,
+                         N_Q_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    """BLOCK_P rotation pairs (d, d + HEAD_DIM/2) of one head: their 2 * BLOCK_P weight rows go
+    through the GEMV together, so the epilogue holds both halves of every pair it rotates.
+
+    Grid: ((N_Q_HEADS + 2 * N_KV_HEADS) * HEAD_DIM / 2 / BLOCK_P,). Heads are q, then k, then v (the
+    fused weight's row order); q goes to q_out (Hq, D), k and v to the cache slot cache_pos[0].
+    """
+    release_consumer(PDL)
+    HALF: tl.constexpr = HEAD_DIM // 2
+    pid = tl.program_id(0)
+    head = pid // (HALF // BLOCK_P)
+    d = (pid % (HALF // BLOCK_P)) * BLOCK_P + tl.arange(0, BLOCK_P)
+    # Rows [x1 rows | x2 rows]: pair i sits at i and BLOCK_P + i.
+    r = tl.arange(0, 2 * BLOCK_P)
+    rows = head * HEAD_DIM + (pid % (HALF // BLOCK_P)) * BLOCK_P + r % BLOCK_P + (r // BLOCK_P) * HALF
+    dtype = q_out_ptr.dtype.element_ty
+    total = gemv_rows(x_ptr, w_ptr, norm_weight_ptr, rows, rows >= 0, 0, K, K, stride_wn, eps,
+                      "rmsnorm", PDL, BLOCK_K, dtype)
+    # The Linear's output is rounded to the activation dtype before RoPE sees it, as in transformers.
+    x1, x2 = tl.split(tl.permute(tl.reshape(round_to(total, dtype), (2, BLOCK_P)), (1, 0)))
+    slot = tl.load(cache_pos_ptr)
+    if head < N_Q_HEADS + N_KV_HEADS:
+        pos = tl.maximum(slot - tl.load(kv_start_ptr), 0)
+        cos = tl.load(cos_ptr + pos * stride_table + d)
+        sin = tl.load(sin_ptr + pos * stride_table + d)
+        out1, out2 = _rotate(x1, x2, cos, sin)
+        if head < N_Q_HEADS:
+            dst = q_out_ptr + head * HEAD_DIM + d
+            tl.store(dst, out1)
+            tl.store(dst + HALF, out2)
+        elif slot < cache_len_max:
+            dst = k_cache_ptr + (head - N_Q_HEADS) * stride_kc_h + slot * stride_kc_t + d
+            tl.store(dst, out1)
+            tl.store(dst + HALF, out2)
+    elif slot < cache_len_max:
+        dst = v_cache_ptr + (head - N_Q_HEADS - N_KV_HEADS) * stride_vc_h + slot * stride_vc_t + d
+        tl.store(dst, x1)
+        tl.store(dst + HALF, x2)
+
+
+def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                           num_q_heads: int, num_kv_heads: int, head_dim: int,
+                           cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int,
+                           q_out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           cache_pos: torch.Tensor, kv_start: torch.Tensor) -> None:
+    """The decoder layer's attention inputs: h = rmsnorm(x); q|k|v = h @ qkv_weight^T; rotated q into
+    q_out (B, T, Hq, D), rotated k and raw v into the caches at slot cache_pos + t.
+
+    x: (B*T, H) rows. One token of one row with the whole head rotated (decode at batch 1) is one
+    launch, qkv_rope_gemv_kernel; otherwise the RMSNorm-prologue linear() and rope_qkv_into_cache.
+    """
+    B, T = q_out.shape[:2]
+    if B * T != 1 or rotary_dim != head_dim:
+        qkv = linear(x, qkv_weight, rms_norm=(norm_weight, eps)).view(B, T, -1)
+        rope_qkv_into_cache(qkv, num_q_heads, num_kv_heads, head_dim, cos, sin, rotary_dim, q_out, k_cache,
+                            v_cache, cache_pos, kv_start)
+        return
+    K = x.shape[-1]
+    half = head_dim // 2
+    assert qkv_weight.shape == ((num_q_heads + 2 * num_kv_heads) * head_dim, K) and qkv_weight.stride(1) == 1
+    assert x.is_contiguous() and q_out.is_contiguous() and k_cache.stride(3) == v_cache.stride(3) == 1
+    assert cos.shape[1] == half and sin.stride() == cos.stride() and head_dim == triton.next_power_of_2(head_dim)
+    if INTERPRET:  # fewer, larger programs: a whole head each
+        block_p, block_k, extra = half, min(triton.next_power_of_2(K), 512), {}
+    else:  # the tuned decode GEMV's tile: 8 weight rows x 4 KiB per step (layers._linear_config)
+        block_p, block_k, extra = 4, 4096 // x.dtype.itemsize, dict(num_warps=4, num_stages=2)
+    pdl = pdl_enabled(x.device)
+    qkv_rope_gemv_kernel[((num_q_heads + 2 * num_kv_heads) * half // block_p,)](
+        x, qkv_weight, norm_weight, eps, cos, sin, cache_pos, kv_start, q_out, k_cache, v_cache,
+        K, qkv_weight.stride(0), cos.stride(0),
+        k_cache.stride(1), k_cache.stride(2), v_cache.stride(1), v_cache.stride(2), k_cache.shape[2],
+        N_Q_HEADS=num_q_heads, N_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_P=block_p, BLOCK_K=block_k,
+        PDL=pdl, launch_pdl=pdl, enable_fp_fusion=False, **extra,
     )
 
 

@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 
 from glm_asr_triton_example.attention import attention_reference_path, decode_attention, flash_attention  # noqa: E402
 from glm_asr_triton_example.conv import conv1d_gelu  # noqa: E402
-from glm_asr_triton_example.rope import apply_rope, rope_qkv_into_cache, rope_tables  # noqa: E402
+from glm_asr_triton_example.rope import apply_rope, project_qkv_into_cache, rope_qkv_into_cache, rope_tables  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
@@ -163,6 +163,47 @@ def test_rope_qkv_into_cache(dtype, n_q, n_kv, head_dim, rotary_dim, T, cache_po
         assert rel_err(k_cache[:, :, live], k_ref) < 1e-6
     assert torch.equal(v_cache[:, :, live], v_ref)
     # Only the T new slots are written.
+    untouched = torch.ones(Tmax, dtype=torch.bool, device=DEV)
+    untouched[live] = False
+    assert k_cache[:, :, untouched].isnan().all() and v_cache[:, :, untouched].isnan().all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,T,n_q,n_kv,head_dim,rotary_dim", [
+    (1, 1, 4, 2, 64, 64),     # decode at batch 1: one launch, GEMV + RoPE + cache write
+    (1, 1, 2, 1, 128, 128),
+    (1, 1, 4, 1, 32, 16),     # partial rotary: RMSNorm-prologue GEMV, then rope_qkv_into_cache
+    (2, 1, 4, 2, 64, 64),     # a batch: the same two launches
+    (1, 5, 4, 2, 64, 64),     # a prompt
+])
+def test_project_qkv_into_cache(dtype, B, T, n_q, n_kv, head_dim, rotary_dim):
+    """transformers' order: RMSNorm, q/k/v projections (rounded), RoPE; k and v land in the cache."""
+    H, Tmax, cache_pos, eps = 96, 24, 9, 1e-5
+    g = torch.Generator().manual_seed(head_dim * 10 + B * 3 + T)
+    x = (torch.randn(B * T, H, generator=g) * 2).to(DEV, dtype)
+    norm_weight = torch.randn(H, generator=g).to(DEV, dtype)
+    weight = (torch.randn((n_q + 2 * n_kv) * head_dim, H, generator=g) * H ** -0.5).to(DEV, dtype)
+    kv_start = torch.tensor([0, 3][:B], dtype=torch.int32, device=DEV)
+    q_out = nan_like((B, T, n_q, head_dim), dtype)
+    k_cache = nan_like((B, n_kv, Tmax, head_dim), dtype)
+    v_cache = nan_like((B, n_kv, Tmax, head_dim), dtype)
+    cos, sin = half_tables(64, rotary_dim, 10000.0)
+    project_qkv_into_cache(x, weight, norm_weight, eps, n_q, n_kv, head_dim, cos, sin, rotary_dim, q_out, k_cache,
+                           v_cache, torch.tensor([cache_pos], dtype=torch.int32, device=DEV), kv_start)
+
+    normed = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
+    qkv = ((norm_weight * normed).double() @ weight.double().T).to(dtype).view(B, T, -1)
+    positions = (cache_pos + torch.arange(T, device=DEV)[None, :] - kv_start[:, None]).clamp_min(0)
+    cos_ref, sin_ref = hf_tables(positions, rotary_dim, 10000.0, dtype)
+    q, k, v = qkv.split([n_q * head_dim, n_kv * head_dim, n_kv * head_dim], dim=-1)
+    live = slice(cache_pos, cache_pos + T)
+    refs = [(q_out, hf_rope(q.view(B, T, n_q, head_dim), cos_ref, sin_ref)),
+            (k_cache[:, :, live], hf_rope(k.view(B, T, n_kv, head_dim), cos_ref, sin_ref).transpose(1, 2)),
+            (v_cache[:, :, live], v.view(B, T, n_kv, head_dim).transpose(1, 2))]
+    for got, ref in refs:
+        assert rel_err(got, ref) < (1e-5 if dtype == torch.float32 else 2e-2)
+        if dtype == torch.bfloat16:  # same rounding points: equal bar rare accumulation-order flips
+            assert (got == ref).double().mean().item() > 0.97
     untouched = torch.ones(Tmax, dtype=torch.bool, device=DEV)
     untouched[live] = False
     assert k_cache[:, :, untouched].isnan().all() and v_cache[:, :, untouched].isnan().all()
