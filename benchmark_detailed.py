@@ -815,7 +815,9 @@ def write_plots(out_dir: str, reports: list[dict], peaks) -> list[str]:
     # The dtype's roof solid; on a GPU the other measured matmul roofs as thin dashed lines.
     roofs = [(f"{dtype} roof" + (" (TF32)" if dtype == "float32" and peaks.kind == "cuda" else ""), main_peak, "-", 1.6)]
     if peaks.kind == "cuda":
-        roofs += [(f"{k} roof", v, "--", 0.9) for k, v in peaks.matmul.items() if abs(v - main_peak) > 1e-6 * v]
+        names = {"bfloat16": "bfloat16 roof", "tf32": "tf32 roof", "float32": "float32 IEEE roof (CUDA cores)"}
+        roofs += [(names.get(k, f"{k} roof"), v, "--", 0.9) for k, v in peaks.matmul.items()
+                  if abs(v - main_peak) > 1e-6 * v]
     for name, peak, style, lw in roofs:
         ax.plot(xs, np.minimum(peak, xs * bw) / 1e12, style, color="0.25", lw=lw,
                 label=f"{name}: {peak / 1e12:,.3g} TFLOP/s, ridge {peak / bw:.0f} FLOP/B")

@@ -1026,11 +1026,24 @@ def _self_check():
         check.check(name, lambda xd=xd, m=m: linear(xd, wd, residual=rd[:m]),
                     lambda xd=xd, m=m: f32(xd) @ f32(wd).T + f32(rd[:m]), f"{m}x{F}->{H} bf16", 1e-2)
     wgu = rand(2 * F, H, scale=H**-0.5)
-    for m in (rows, 1):
-        xu = rand(m, H)
-        check.check(f"swiglu_linear[M={m}]", lambda xu=xu: swiglu_linear(xu, wgu),
-                    lambda xu=xu: torch.nn.functional.silu(f32(xu) @ f32(wgu[:F]).T) * (f32(xu) @ f32(wgu[F:]).T),
-                    f"{m}x{H}->{F} bf16", 1e-2)
+    xu = rand(rows, H)
+    check.check(f"swiglu_linear[M={rows}]", lambda: swiglu_linear(xu, wgu),
+                lambda: torch.nn.functional.silu(f32(xu) @ f32(wgu[:F]).T) * (f32(xu) @ f32(wgu[F:]).T),
+                f"{rows}x{H}->{F} bf16", 1e-2)
+
+    # Decode at batch 1: the RMSNorm and SwiGLU prologues of the GEMV (timed as CUDA graphs, as they run).
+    def rms(t):
+        return f32(t) * torch.rsqrt(f32(t).pow(2).mean(-1, keepdim=True) + eps) * f32(w)
+
+    x_row = rand(1, H, scale=3.0)
+    w_qkv = rand(3 * H // 2, H, scale=H**-0.5)
+    check.check("gemv_kernel[rmsnorm prologue]", lambda: linear(x_row, w_qkv, rms_norm=(w, eps)),
+                lambda: rms(x_row) @ f32(w_qkv).T, f"1x{H}->{3 * H // 2} bf16", 1e-2, graph=on_gpu)
+    x_mlp = torch.empty_like(x_row)
+    check.check("llama_mlp[M=1]", lambda: llama_mlp(x_mlp.copy_(x_row), w, eps, wgu, wd),
+                lambda: f32(x_row) + (torch.nn.functional.silu(rms(x_row) @ f32(wgu[:F]).T)
+                                      * (rms(x_row) @ f32(wgu[F:]).T)) @ f32(wd).T,
+                f"1x{H}->{F}->{H} bf16", 1e-2, graph=on_gpu)
     table = rand(V, H)
     audio = rand(rows // 2, H)
     ids = torch.randint(0, V, (rows,), generator=gen).to(device)

@@ -429,6 +429,26 @@ def _self_check():
     c, s = cos[:Tp], sin[:Tp]
     ref_q = _torch_rope(qkv[..., : Hq * D].view(B, Tp, Hq, D), c[None].expand(B, -1, -1), s[None].expand(B, -1, -1), 128)
     check.check("rope_qkv_to_cache_kernel", launch, lambda: ref_q, f"{tuple(qkv.shape)} bf16", 1e-2)
+
+    # Decode at batch 1: RMSNorm, q|k|v GEMV, RoPE and the cache write in one launch (timed as a graph).
+    H, eps, slot = (2048 if on_gpu else 96), 1e-5, 7
+    x = torch.randn(1, H, device=dev, dtype=torch.bfloat16) * 3
+    norm_weight = torch.randn(H, device=dev, dtype=torch.bfloat16)
+    weight = (torch.randn((Hq + 2 * Hkv) * D, H, device=dev) * H ** -0.5).to(torch.bfloat16)
+    q1 = torch.empty(1, 1, Hq, D, device=dev, dtype=torch.bfloat16)
+    k1, v1 = (torch.zeros(1, Hkv, Tmax, D, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    pos1 = torch.tensor([slot], dtype=torch.int32, device=dev)
+    start1 = torch.zeros(1, dtype=torch.int32, device=dev)
+
+    def fused():
+        project_qkv_into_cache(x, weight, norm_weight, eps, Hq, Hkv, D, cos, sin, 128, q1, k1, v1, pos1, start1)
+        return q1
+
+    normed = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(torch.bfloat16)
+    q_lin = ((norm_weight * normed).float() @ weight[: Hq * D].float().T).to(torch.bfloat16).view(1, 1, Hq, D)
+    check.check("qkv_rope_gemv_kernel", fused,
+                lambda: _torch_rope(q_lin, cos[slot:slot + 1][None], sin[slot:slot + 1][None], 128),
+                f"1x{H}->{(Hq + 2 * Hkv) * D} bf16", 1e-2, graph=on_gpu)
     check.finish()
 
 
