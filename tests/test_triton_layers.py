@@ -285,6 +285,22 @@ def test_llama_mlp_split_k(gen, force_split_k, M):
     assert_close(layers.llama_mlp(x, norm_weight, 1e-5, gate_up, down), ref, GEMM_TOL[FP32])
 
 
+@pytest.mark.parametrize("M, config", [
+    (1, ("gemv", dict(BLOCK_N=8, BLOCK_K=64, SPLIT_K=3))),  # small tiles: several K steps per slice
+    (1, ("gemv", dict(BLOCK_N=2, BLOCK_K=512, SPLIT_K=1))),  # one step covers K
+    (5, ("gemm", dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, SPLIT_K=2))),
+])
+def test_linear_explicit_config(gen, M, config):
+    """utils/sweep_linear.py hands _launch_linear its candidates: every one must compute the same."""
+    K, N = 300, 40
+    x, w = rand(gen, M, K, dtype=BF16, scale=2.0), rand(gen, N, K, dtype=BF16, scale=K**-0.5)
+    norm_weight, r = rand(gen, K, dtype=BF16), rand(gen, M, N, dtype=BF16)
+    out = layers._launch_linear(x, w, None, r, None, False, False, "tf32", prologue="rmsnorm",
+                                norm_weight=norm_weight, eps=1e-5, config=config)
+    ref = linear_reference(hf_rmsnorm(x, norm_weight, 1e-5), w, None, None, r)
+    assert_close(out, ref, GEMM_TOL[BF16])
+
+
 def test_swiglu_prologue_needs_one_row(gen):
     with pytest.raises(ValueError, match="swiglu prologue needs the one-row GEMV"):
         layers._launch_linear(rand(gen, 3, 64), rand(gen, 16, 32), None, None, None, False, False, "ieee",
