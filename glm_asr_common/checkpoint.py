@@ -177,23 +177,41 @@ def load_weights(model_dir: Path, cfg: ModelConfig, dtype: torch.dtype) -> dict[
     return weights
 
 
-def random_weights(cfg: ModelConfig, dtype: torch.dtype, *, seed: int = 0, device: str = "cpu") -> dict[str, torch.Tensor]:
-    """Full-size random weights (vLLM's load_format=dummy): seeded, no download, logits not degenerate.
+# Random-weight init (weights N(0, gain^2 / fan_in) unless noted), shared by --random-weights and the
+# tests' tiny checkpoints. Chosen by a sweep on the tiny model so that greedy decoding gives varied
+# ids that depend on the audio, with clear top-1 margins:
+#  - "embed" is a plain std: a small embedding keeps a token's own embedding from dominating the
+#    residual stream; at std ~1 the model repeats one token forever (it did: id 114, 30 times).
+#  - "text_qk" / "audio_qk" sharpen attention, so outputs depend on content rather than averages.
+#  - "final_norm" is the mean (and 10x the noise std) of the last RMSNorm weight: the logit spread.
+RANDOM_INIT_SCALES = {"embed": 0.125, "linear": 1.0, "text_qk": 3.0, "audio_qk": 2.0, "lm_head": 1.0,
+                      "final_norm": 4.0}
 
-    Matrices are N(0, 1/fan_in) so activations keep unit scale through the residual stream, norm
-    weights sit near 1 and biases near 0: greedy decoding then produces varied tokens, not ties.
+
+def random_weights(cfg: ModelConfig, dtype: torch.dtype, *, seed: int = 0, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """Full-size random weights (vLLM's load_format=dummy): seeded, no download, decoding not degenerate.
+
+    Scales from RANDOM_INIT_SCALES: matrices N(0, gain^2 / fan_in), norm weights near 1 (the final
+    decoder norm near RANDOM_INIT_SCALES["final_norm"]), biases near 0, a small embedding.
     """
+    scales = RANDOM_INIT_SCALES
     gen = torch.Generator(device=device).manual_seed(seed)
     weights = {}
     for name, shape in expected_shapes(cfg).items():
         t = torch.empty(shape, dtype=torch.float32, device=device)
         if name.endswith("embed_tokens.weight"):
-            t.normal_(0.0, 1.0, generator=gen)
+            t.normal_(0.0, scales["embed"], generator=gen)
         elif len(shape) > 1:
             fan_in = shape[1] * (shape[2] if len(shape) == 3 else 1)
-            t.normal_(0.0, fan_in ** -0.5, generator=gen)
+            gain = scales["linear"]
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                gain = scales["text_qk"] if name.startswith("decoder.") else scales["audio_qk"]
+            elif name == "lm_head.weight":
+                gain = scales["lm_head"]
+            t.normal_(0.0, gain * fan_in ** -0.5, generator=gen)
         elif "norm" in name and name.endswith(".weight"):
-            t.normal_(1.0, 0.1, generator=gen)
+            mean = scales["final_norm"] if name == "decoder.norm.weight" else 1.0
+            t.normal_(mean, 0.1 * mean, generator=gen)
         else:
             t.normal_(0.0, 0.1, generator=gen)
         weights[name] = t.to(dtype)

@@ -7,7 +7,10 @@ For each dtype: one set of seeded full-size random weights (the real model's siz
 GlmAsrConfig) is handed to transformers (sdpa attention) and to each track. Prints the relative error
 of the prefill logits (‖Δ‖/‖ref‖ and max|Δ|/max|ref|), how many of 30 greedy tokens agree before the
 first difference, and transformers' own time for one transcription (13 tokens) as the speed anchor.
-Writes one JSON line per (track, dtype) to --json.
+Writes one JSON line per (track, dtype) to --json, with both token sequences. The weights
+(glm_asr_common.checkpoint.random_weights) are scaled so that greedy decoding is not degenerate: the
+run prints how many distinct ids transformers produced and its smallest top-1/top-2 logit gap, and at
+a first difference, how close transformers was to choosing the track's id.
 """
 
 import argparse
@@ -96,24 +99,39 @@ def main():
         hf = transformers_model(raw, weights, dtype, args.device)
         feed = hf_inputs(inputs, dtype, args.device)
         ref_logits = hf(**feed).logits.float()
-        ref_ids = hf.generate(**feed, do_sample=False, max_new_tokens=args.tokens, min_new_tokens=args.tokens)
-        ref_ids = ref_ids[0, inputs.input_ids.shape[1]:].tolist()
+        ref = hf.generate(**feed, do_sample=False, max_new_tokens=args.tokens, min_new_tokens=args.tokens,
+                          output_scores=True, return_dict_in_generate=True)
+        ref_ids = ref.sequences[0, inputs.input_ids.shape[1]:].tolist()
+        ref_scores = [step[0].float() for step in ref.scores]  # logits transformers chose each token from
+        gaps = [float(step.topk(2).values[0] - step.topk(2).values[1]) for step in ref_scores]
+        print(f"[{dtype_name}] transformers' {args.tokens} tokens: {len(set(ref_ids))} distinct ids, top-2 logit gap "
+              f"min {min(gaps):.3g}, median {statistics.median(gaps):.3g}")
         hf_ms = timed(lambda: hf.generate(**feed, do_sample=False, max_new_tokens=13, min_new_tokens=13))
         print(f"[{dtype_name}] transformers sdpa: {statistics.median(hf_ms):.1f} ms per transcription (13 tokens)")
         for track in args.tracks.split(","):
             model = import_track(track).load_model(cfg, weights, args.device, dtype)
             logits = model.prefill_logits(inputs).float()
             diff = (logits - ref_logits).abs()
+            ids = model.generate(inputs, args.tokens, args.tokens)[0]
+            agree = agreeing_prefix(ids, ref_ids)
             row = {
                 "track": track, "dtype": dtype_name, "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                 "rel_err_norm": float((logits - ref_logits).norm() / ref_logits.norm()),
                 "rel_err_max": float(diff.max() / ref_logits.abs().max()),
-                "tokens_agree": agreeing_prefix(model.generate(inputs, args.tokens, args.tokens)[0], ref_ids),
-                "tokens": args.tokens, "hf_ms_median": statistics.median(hf_ms),
+                "tokens_agree": agree, "tokens": args.tokens, "hf_ms_median": statistics.median(hf_ms),
+                "distinct_ids": len(set(ref_ids)), "min_top2_gap": min(gaps), "ids": ids, "ref_ids": ref_ids,
             }
+            note = ""
+            if agree < min(len(ids), len(ref_ids)):
+                # How close transformers itself was to picking this track's token at the first difference:
+                # a near-tie that rounding differences can flip, or a real error.
+                step = ref_scores[agree]
+                row["first_difference_gap"] = float(step[ref_ids[agree]] - step[ids[agree]])
+                note = (f"; at token {agree} transformers' logit for its id beats ours by "
+                        f"{row['first_difference_gap']:.3g} (its top-2 gap there: {gaps[agree]:.3g})")
             rows.append(row)
             print(f"[{dtype_name}] {track}: logits rel err {row['rel_err_norm']:.2e} (norm), "
-                  f"{row['rel_err_max']:.2e} (max); greedy agrees for {row['tokens_agree']}/{args.tokens} tokens")
+                  f"{row['rel_err_max']:.2e} (max); greedy agrees for {agree}/{args.tokens} tokens{note}")
     if args.json:
         Path(args.json).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
