@@ -1,5 +1,6 @@
 """benchmark_student.py / benchmark.sh: the output format, the JSON, and one clear line for each bad input."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -71,6 +72,27 @@ def test_random_weights_are_not_checked(tiny_ckpt, capsys):
     code, out, _ = run_main(["glm_asr_scratch", "--model", str(tiny_ckpt), "--random-weights", "--device", "cpu",
                              "--min-new-tokens", "5", "--max-new-tokens", "5", "--runs", "1"], capsys)
     assert code == 0 and "Tokens: 5" in out and "Status: NOT CHECKED" in out
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_random_weights_follow_the_init_table(tiny_ckpt, tied):
+    """--random-weights: the scales of RANDOM_INIT_SCALES, every expected tensor, seeded."""
+    from glm_asr_common.checkpoint import RANDOM_INIT_SCALES as scales, expected_shapes, random_weights, read_config
+
+    cfg = read_config(tiny_ckpt)
+    if tied:
+        cfg = dataclasses.replace(cfg, tie_word_embeddings=True)
+    w = random_weights(cfg, torch.float32, seed=3)
+    assert {k: tuple(v.shape) for k, v in w.items()} == {k: tuple(v) for k, v in expected_shapes(cfg).items()}
+    assert torch.equal(w["decoder.norm.weight"], random_weights(cfg, torch.float32, seed=3)["decoder.norm.weight"])
+    embed = w["decoder.embed_tokens.weight"]
+    assert embed.std().item() == pytest.approx(scales["embed"], rel=0.1)
+    q = w["decoder.layers.0.self_attn.q_proj.weight"]
+    assert (q.std() * q.shape[1] ** 0.5).item() == pytest.approx(scales["text_qk"], rel=0.15)
+    o = w["decoder.layers.0.self_attn.o_proj.weight"]
+    assert (o.std() * o.shape[1] ** 0.5).item() == pytest.approx(scales["linear"], rel=0.15)
+    assert w["decoder.norm.weight"].mean().item() == pytest.approx(scales["final_norm"], rel=0.1)
+    assert (w["lm_head.weight"] is embed) == tied
 
 
 def write_wav(path, samples, rate=16000):

@@ -28,10 +28,6 @@ import numpy as np
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 TEST_AUDIO = REPO_ROOT / "test_audio.wav"
-if str(REPO_ROOT) not in sys.path:  # also run as a script
-    sys.path.insert(0, str(REPO_ROOT))
-
-from glm_asr_common.checkpoint import RANDOM_INIT_SCALES  # noqa: E402
 
 # --------------------------------------------------------------------------------------
 # Tokenizer
@@ -193,10 +189,16 @@ def build_config(tokenizer, *, tie_word_embeddings: bool):
     )
 
 
-# The same init scales as --random-weights (glm_asr_common.checkpoint.RANDOM_INIT_SCALES): on this
-# model, seeds 0-3 give 15-28 distinct ids in 30 greedy tokens for the short/other/long45 clips, tied
-# and untied, with top-2 logit gaps mostly > 1e-2 (min over a run ~5e-3).
-INIT_SCALES = RANDOM_INIT_SCALES
+# Init scales (weights are N(0, gain / sqrt(fan_in)) unless noted).  Chosen by a small sweep over
+# seeds 0-3 so that greedy decoding of 30 tokens gives 15-28 distinct ids for short/other/long45
+# clips in both the tied and the untied model, depends on the audio, and has top-2 logit gaps
+# that are mostly >1e-2 (min over a run ~5e-3).  Notes:
+#  - "embed" is a plain std.  A small embedding keeps the token's own embedding from dominating
+#    the residual stream; with std ~1 the tied model just repeats one token forever.
+#  - "text_qk"/"audio_qk" sharpen attention so outputs depend on content (audio), not averages.
+#  - "final_norm" is the mean (and 10x the noise std) of the last RMSNorm weight: it sets the
+#    logit spread for the tied and untied models alike.
+INIT_SCALES = {"embed": 0.125, "linear": 1.0, "text_qk": 3.0, "audio_qk": 2.0, "lm_head": 1.0, "final_norm": 4.0}
 
 
 def _reinit_(model, seed: int) -> None:

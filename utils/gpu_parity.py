@@ -89,6 +89,10 @@ def main():
     parser.add_argument("--config", metavar="DIR", help="take sizes from DIR/config.json (smoke tests)")
     args = parser.parse_args()
 
+    # The reference in true fp32: PyTorch lets cuDNN convolutions use TF32 by default, which would put
+    # transformers' conv stem (and so every logit) at TF32 precision while calling itself fp32.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     raw = json.loads((Path(args.config) / "config.json").read_text()) if args.config else default_config_dict()
     cfg = ModelConfig.from_dict(raw)
     inputs = prepare_inputs([load_audio(REPO_ROOT / "test_audio.wav")], cfg, None)
