@@ -59,6 +59,9 @@ bench glm_asr_triton_example bfloat16
 step "bench glm_asr_triton_example bfloat16 without PDL" 120 env GLM_ASR_PDL=0 ./benchmark.sh glm_asr_triton_example \
     --random-weights --min-new-tokens 13 --max-new-tokens 13 --dtype bfloat16 --warmup 2 --runs 10
 step parity 200 python3 utils/gpu_parity.py --json "$OUT_DIR/parity.jsonl"
+# fp32 without TF32 anywhere: separates TF32 rounding from anything else (log only).
+step "parity fp32 ieee" 120 env GLM_ASR_FP32_PRECISION=ieee python3 utils/gpu_parity.py --tracks glm_asr_triton_example \
+    --dtypes float32
 bench glm_asr_triton_example float32
 bench glm_asr_scratch bfloat16
 bench glm_asr_triton_template bfloat16 --allow-reference all

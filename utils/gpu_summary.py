@@ -12,13 +12,13 @@ def read_lines(path: Path) -> list[dict]:
 
 def main(out_dir: str):
     out = Path(out_dir)
-    lines = ["| parity (full size, random weights) | dtype | logits rel err (norm / max) | greedy tokens agreeing |",
-             "| --- | --- | --- | --- |"]
+    lines = ["| parity (full size, random weights) | dtype | logits rel err (norm / max) | greedy tokens agreeing "
+             "| distinct ids (transformers) |", "| --- | --- | --- | --- | --- |"]
     hf_ms = {}
     for row in read_lines(out / "parity.jsonl"):
         hf_ms[row["dtype"]] = row["hf_ms_median"]
         lines.append(f"| {row['track']} | {row['dtype']} | {row['rel_err_norm']:.2e} / {row['rel_err_max']:.2e} "
-                     f"| {row['tokens_agree']}/{row['tokens']} |")
+                     f"| {row['tokens_agree']}/{row['tokens']} | {row.get('distinct_ids', 'not recorded')} |")
     lines += ["", "| benchmark.sh (13 tokens, test clip) | dtype | ms per transcription | ms/token | vs transformers sdpa |",
               "| --- | --- | --- | --- | --- |"]
     for dtype, ms in hf_ms.items():
