@@ -10,7 +10,10 @@ first difference, and transformers' own time for one transcription (13 tokens) a
 Writes one JSON line per (track, dtype) to --json, with both token sequences. The weights
 (glm_asr_common.checkpoint.random_weights) are scaled so that greedy decoding is not degenerate: the
 run prints how many distinct ids transformers produced and its smallest top-1/top-2 logit gap, and at
-a first difference, how close transformers was to choosing the track's id.
+a first difference, how close transformers was to choosing the track's id. The teacher-forced
+regret (transformers fed the track's own ids: how far each chosen id falls below transformers'
+best logit at that step) judges the whole decode path even after a near-tie has split the
+sequences: a correct track stays within rounding noise of transformers' choice at every step.
 """
 
 import argparse
@@ -78,6 +81,26 @@ def timed(fn, warmup=1, runs=3) -> list[float]:
     return times
 
 
+def teacher_forced_regret(hf, feed: dict, ids: list[int]) -> tuple[float, int, float]:
+    """How far the track's greedy ids stray from transformers' own choice, given the track's prefix.
+
+    One transformers forward over prompt + ids; at each step t, regret = max logit - logit of ids[t].
+    A correct decode path picks transformers' argmax, or a near-tie of it, at every step, even after
+    a near-tie has sent the two sequences apart. Returns (max regret, its step, transformers' top-2
+    gap at that step).
+    """
+    prompt_len = feed["input_ids"].shape[1]
+    extra = torch.tensor([ids[:-1]], dtype=feed["input_ids"].dtype, device=feed["input_ids"].device)
+    forced = dict(feed, input_ids=torch.cat([feed["input_ids"], extra], 1),
+                  attention_mask=torch.cat([feed["attention_mask"], torch.ones_like(extra)], 1))
+    logits = hf(**forced).logits[0, prompt_len - 1:].float()
+    chosen = logits.gather(1, torch.tensor(ids, device=logits.device)[:, None])[:, 0]
+    regret = logits.max(1).values - chosen
+    step = int(regret.argmax())
+    top2 = logits[step].topk(2).values
+    return float(regret[step]), step, float(top2[0] - top2[1])
+
+
 @torch.no_grad()
 def main():
     parser = argparse.ArgumentParser()
@@ -125,14 +148,16 @@ def main():
                 "tokens_agree": agree, "tokens": args.tokens, "hf_ms_median": statistics.median(hf_ms),
                 "distinct_ids": len(set(ref_ids)), "min_top2_gap": min(gaps), "ids": ids, "ref_ids": ref_ids,
             }
-            note = ""
+            regret, regret_step, regret_gap = teacher_forced_regret(hf, feed, ids)
+            row.update(max_regret=regret, max_regret_step=regret_step, max_regret_top2_gap=regret_gap)
+            note = f"; teacher-forced regret max {regret:.3g} at token {regret_step} (top-2 gap there {regret_gap:.3g})"
             if agree < min(len(ids), len(ref_ids)):
                 # How close transformers itself was to picking this track's token at the first difference:
                 # a near-tie that rounding differences can flip, or a real error.
                 step = ref_scores[agree]
                 row["first_difference_gap"] = float(step[ref_ids[agree]] - step[ids[agree]])
-                note = (f"; at token {agree} transformers' logit for its id beats ours by "
-                        f"{row['first_difference_gap']:.3g} (its top-2 gap there: {gaps[agree]:.3g})")
+                note += (f"; at token {agree} transformers' logit for its id beats ours by "
+                         f"{row['first_difference_gap']:.3g} (its top-2 gap there: {gaps[agree]:.3g})")
             rows.append(row)
             print(f"[{dtype_name}] {track}: logits rel err {row['rel_err_norm']:.2e} (norm), "
                   f"{row['rel_err_max']:.2e} (max); greedy agrees for {agree}/{args.tokens} tokens{note}")
