@@ -32,7 +32,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/att
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from ._triton_compat import FP32_PRECISION, INTERPRET, dot, pdl_enabled, release_consumer, round_to, wait_for_producer  # noqa: E402
+from ._triton_compat import FP32_PRECISION, INTERPRET, dot, pdl_options, release_consumer, round_to, wait_for_producer  # noqa: E402
 
 LOG2E = 1.4426950408889634
 
@@ -523,7 +523,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     part_l = torch.empty_like(part_m)
     part_acc = torch.empty((B, Hq, 0 if direct else num_splits, D), dtype=torch.float32, device=q.device)
     kv_start_arg = kv_start if kv_start is not None else cache_len
-    pdl = pdl_enabled(q.device)
+    pdl = pdl_options(q.device)
     decode_attention_split_kernel[(num_splits, B * Hkv)](
         q, k_cache, v_cache, cache_len, kv_start_arg, part_m, part_l, part_acc, out,
         Hkv, group, scale * LOG2E,
@@ -531,17 +531,17 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         part_m.stride(0), part_m.stride(1), part_acc.stride(0), part_acc.stride(1), part_acc.stride(2),
         out.stride(0), out.stride(2),
-        HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size, DIRECT=direct, PDL=pdl,
+        HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size, DIRECT=direct,
         BLOCK_N=min(split_size if INTERPRET else 64, split_size),
-        BLOCK_G=max(16, triton.next_power_of_2(group)), num_warps=4, num_stages=2, launch_pdl=pdl,
+        BLOCK_G=max(16, triton.next_power_of_2(group)), num_warps=4, num_stages=2, **pdl,
     )
     if not direct:
         decode_attention_combine_kernel[(B * Hq,)](
             part_m, part_l, part_acc, out, cache_len, kv_start_arg, Hq, num_splits,
             part_m.stride(0), part_m.stride(1), part_acc.stride(0), part_acc.stride(1), part_acc.stride(2),
             out.stride(0), out.stride(2),
-            HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size, PDL=pdl,
-            BLOCK_S=triton.next_power_of_2(num_splits), num_warps=4, launch_pdl=pdl,
+            HAS_KV_START=kv_start is not None, HEAD_DIM=D, SPLIT=split_size,
+            BLOCK_S=triton.next_power_of_2(num_splits), num_warps=4, **pdl,
         )
     return out
 

@@ -87,6 +87,12 @@ def pdl_enabled(device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def pdl_options(device) -> dict:
+    """Launch options of a PDL-aware kernel: its PDL constexpr and Triton's launch_pdl, set together."""
+    enabled = pdl_enabled(device)
+    return dict(PDL=enabled, launch_pdl=enabled)
+
+
 @triton.jit
 def wait_for_producer(PDL: tl.constexpr):
     """Block until the previous kernel has finished and its writes are visible (PDL launches only)."""

@@ -39,7 +39,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from glm_asr_common.teaching import student_kernel  # noqa: E402
 
-from ._triton_compat import FP32_PRECISION, INTERPRET, pdl_enabled, release_consumer, round_to, wait_for_producer  # noqa: E402
+from ._triton_compat import FP32_PRECISION, INTERPRET, pdl_options, release_consumer, round_to, wait_for_producer  # noqa: E402
 
 # A module-level constexpr is resolved when a kernel is compiled: the workaround costs nothing on GPU.
 _INTERPRETER = tl.constexpr(INTERPRET)
@@ -289,14 +289,20 @@ def _store_linear(acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, stride_rm, 
 
 
 @triton.jit
+def _swiglu(gate, up, dtype: tl.constexpr):
+    """silu(gate) * up in ``dtype``, rounded where HF's LlamaMLP rounds: gate, up, silu(gate), the product."""
+    gate = round_to(gate, dtype).to(tl.float32)
+    up = round_to(up, dtype).to(tl.float32)
+    activated = round_to(gate / (1.0 + tl.exp(-gate)), dtype).to(tl.float32)
+    return round_to(activated * up, dtype)
+
+
+@triton.jit
 def _store_swiglu(gate, up, offs_m, offs_n, M, N, out_ptr, stride_om):
-    """out = silu(gate) * up with HF's bf16 rounding points: gate, up, silu(gate) and the product."""
-    out_dtype = out_ptr.dtype.element_ty
-    gate = round_to(gate, out_dtype).to(tl.float32)
-    up = round_to(up, out_dtype).to(tl.float32)
-    activated = round_to(gate / (1.0 + tl.exp(-gate)), out_dtype).to(tl.float32)
+    """out = silu(gate) * up (_swiglu's rounding) for one output tile."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], round_to(activated * up, out_dtype), mask=mask)
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], _swiglu(gate, up, out_ptr.dtype.element_ty),
+             mask=mask)
 
 
 @triton.jit
@@ -372,8 +378,8 @@ def _gemv_input(x_ptr, norm_weight_ptr, offs_k, k_mask, K, inv_rms, PROLOGUE: tl
     """The GEMV's input values at offs_k, in fp32, after the prologue the weight should see.
 
     "rmsnorm": x is the raw hidden row; returns rmsnorm(x) * weight with rmsnorm_kernel's rounding.
-    "swiglu": x is [gate (K) | up (K)] as the gate/up GEMV stored them; returns silu(gate) * up with
-    _store_swiglu's rounding. "none": x as stored.
+    "swiglu": x is [gate (K) | up (K)] as the gate/up GEMV stored them; returns _swiglu(gate, up).
+    "none": x as stored.
     """
     x = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
     if PROLOGUE == "rmsnorm":
@@ -382,8 +388,7 @@ def _gemv_input(x_ptr, norm_weight_ptr, offs_k, k_mask, K, inv_rms, PROLOGUE: tl
         x = round_to(normed * weight, dtype).to(tl.float32)
     elif PROLOGUE == "swiglu":
         up = tl.load(x_ptr + K + offs_k, mask=k_mask, other=0.0).to(tl.float32)
-        activated = round_to(x / (1.0 + tl.exp(-x)), dtype).to(tl.float32)
-        x = round_to(activated * up, dtype).to(tl.float32)
+        x = _swiglu(x, up, dtype).to(tl.float32)
     return x
 
 
@@ -545,6 +550,13 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
                         num_warps=warps, num_stages=stages)
 
 
+def one_row_gemv_config(N: int, K: int, dtype: torch.dtype, device: torch.device) -> dict:
+    """The launch options _linear_config gives a one-row GEMV of (N, K), for kernels built on gemv_rows."""
+    kind, cfg = _linear_config(1, N, K, dtype, False, _sm_count(torch.device(device)))
+    assert kind == "gemv"
+    return cfg
+
+
 def _interpreter_linear_config(M: int, N: int, K: int, gated: bool) -> tuple[str, dict]:
     """The interpreter runs each program as NumPy calls, so the fewest, largest tiles are fastest."""
     block_k = min(triton.next_power_of_2(K), 512)
@@ -585,11 +597,11 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_prec
     partial = None
     if split > 1:
         partial = torch.empty((split, M, 2 * N if gated else N), dtype=torch.float32, device=x.device)
-    pdl = pdl_enabled(x.device)
+    pdl = pdl_options(x.device)
     if kind == "gemv":
         gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), split)](
             rows, weight, bias, residual_rows, out_rows, partial, norm_weight, N, K, weight.stride(0), k_per_split,
-            eps, SPLIT_K=split, APPLY_GELU=apply_gelu, PROLOGUE=prologue, PDL=pdl, launch_pdl=pdl, **cfg,
+            eps, SPLIT_K=split, APPLY_GELU=apply_gelu, PROLOGUE=prologue, **pdl, **cfg,
         )
     else:
         fused_linear_kernel[(triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), split)](
@@ -601,8 +613,8 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_prec
         block_n = 128
         splitk_epilogue_kernel[(triton.cdiv(M, SKINNY_MAX_M), triton.cdiv(N, block_n))](
             partial, bias, residual_rows, out_rows, M, N, stride_rm, out_rows.stride(0),
-            SPLIT_K=split, APPLY_GELU=apply_gelu, GATED=gated, PDL=pdl, BLOCK_M=SKINNY_MAX_M, BLOCK_N=block_n,
-            num_warps=4, launch_pdl=pdl,
+            SPLIT_K=split, APPLY_GELU=apply_gelu, GATED=gated, BLOCK_M=SKINNY_MAX_M, BLOCK_N=block_n,
+            num_warps=4, **pdl,
         )
     return out
 
@@ -715,7 +727,7 @@ def embed_tokens(
     block_h = min(triton.next_power_of_2(H), 2048)
     embed_tokens_kernel[(M, triton.cdiv(H, block_h))](
         input_ids, audio_index, table, audio, out, H, table.stride(0), audio.stride(0), out.stride(0),
-        PDL=(pdl := pdl_enabled(table.device)), BLOCK_H=block_h, num_warps=_warps_for_row(block_h), launch_pdl=pdl,
+        BLOCK_H=block_h, num_warps=_warps_for_row(block_h), **pdl_options(table.device),
     )
     return out
 
@@ -763,9 +775,8 @@ def argmax_reduce_kernel(max_ptr, idx_ptr, out_ptr, n_blocks, PDL: tl.constexpr,
 def _reduce_block_argmax(partial_max, partial_idx, out_ids):
     n_rows, n_blocks = partial_max.shape
     block = triton.next_power_of_2(n_blocks)
-    pdl = pdl_enabled(out_ids.device)
-    argmax_reduce_kernel[(n_rows,)](partial_max, partial_idx, out_ids, n_blocks, PDL=pdl, BLOCK=block,
-                                   num_warps=_warps_for_row(block), launch_pdl=pdl)
+    argmax_reduce_kernel[(n_rows,)](partial_max, partial_idx, out_ids, n_blocks, BLOCK=block,
+                                   num_warps=_warps_for_row(block), **pdl_options(out_ids.device))
     return out_ids
 
 
@@ -880,8 +891,7 @@ def greedy_head(
     lm_head_argmax_kernel[(n_blocks, triton.cdiv(B, cfg["BLOCK_M"]))](
         x_normed, lm_head_weight, banned, suppress, partial_max, partial_idx,
         B, V, H, x_normed.stride(0), lm_head_weight.stride(0), num_banned, n_blocks,
-        INPUT_PRECISION=input_precision, PDL=(pdl := pdl_enabled(x.device)), BLOCK_BANNED=block_banned,
-        launch_pdl=pdl, **cfg,
+        INPUT_PRECISION=input_precision, BLOCK_BANNED=block_banned, **pdl_options(x.device), **cfg,
     )
     return _reduce_block_argmax(partial_max, partial_idx, out_ids)
 

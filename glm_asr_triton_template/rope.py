@@ -38,8 +38,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from glm_asr_common.teaching import student_kernel  # noqa: E402
 
-from ._triton_compat import INTERPRET, pdl_enabled, release_consumer, round_to, wait_for_producer  # noqa: E402
-from .layers import gemv_rows, linear  # noqa: E402
+from ._triton_compat import INTERPRET, pdl_options, release_consumer, round_to, wait_for_producer  # noqa: E402
+from .layers import gemv_rows, linear, one_row_gemv_config  # noqa: E402
 
 @triton.jit
 def _rotate(x1, x2, cos, sin):
@@ -261,7 +261,7 @@ def rope_qkv_into_cache(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, 
         BLOCK_PASS=triton.next_power_of_2(max(head_dim - rotary_dim, 1)), COPY_PASS=rotary_dim < head_dim,
         BLOCK_HQ=triton.next_power_of_2(num_q_heads), BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
         BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_T=block_t, num_warps=4, enable_fp_fusion=False,
-        PDL=(pdl := pdl_enabled(qkv.device)), launch_pdl=pdl,
+        **pdl_options(qkv.device),
     )
 
 
@@ -287,10 +287,11 @@ def qkv_rope_gemv_kernel(x_ptr, w_ptr, norm_weight_ptr, eps, cos_ptr, sin_ptr, c
     HALF: tl.constexpr = HEAD_DIM // 2
     pid = tl.program_id(0)
     head = pid // (HALF // BLOCK_P)
-    d = (pid % (HALF // BLOCK_P)) * BLOCK_P + tl.arange(0, BLOCK_P)
+    first_pair = (pid % (HALF // BLOCK_P)) * BLOCK_P
+    d = first_pair + tl.arange(0, BLOCK_P)
     # Rows [x1 rows | x2 rows]: pair i sits at i and BLOCK_P + i.
     r = tl.arange(0, 2 * BLOCK_P)
-    rows = head * HEAD_DIM + (pid % (HALF // BLOCK_P)) * BLOCK_P + r % BLOCK_P + (r // BLOCK_P) * HALF
+    rows = head * HEAD_DIM + first_pair + r % BLOCK_P + (r // BLOCK_P) * HALF
     dtype = q_out_ptr.dtype.element_ty
     total = gemv_rows(x_ptr, w_ptr, norm_weight_ptr, rows, rows >= 0, 0, K, K, stride_wn, eps,
                       "rmsnorm", PDL, BLOCK_K, dtype)
@@ -338,17 +339,17 @@ def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weigh
     assert qkv_weight.shape == ((num_q_heads + 2 * num_kv_heads) * head_dim, K) and qkv_weight.stride(1) == 1
     assert x.is_contiguous() and q_out.is_contiguous() and k_cache.stride(3) == v_cache.stride(3) == 1
     assert cos.shape[1] == half and sin.stride() == cos.stride() and head_dim == triton.next_power_of_2(head_dim)
-    if INTERPRET:  # fewer, larger programs: a whole head each
-        block_p, block_k, extra = half, min(triton.next_power_of_2(K), 512), {}
-    else:  # the tuned decode GEMV's tile: 8 weight rows x 4 KiB per step (layers._linear_config)
-        block_p, block_k, extra = 4, 4096 // x.dtype.itemsize, dict(num_warps=4, num_stages=2)
-    pdl = pdl_enabled(x.device)
+    # The one-row GEMV's tile from the linear table (its BLOCK_N rows as BLOCK_N / 2 pairs, at most a
+    # head's worth); the whole K in one program, so no split.
+    tile = one_row_gemv_config(qkv_weight.shape[0], K, x.dtype, x.device)
+    block_p = min(tile["BLOCK_N"] // 2, half)
+    launch = {key: tile[key] for key in ("num_warps", "num_stages") if key in tile}
     qkv_rope_gemv_kernel[((num_q_heads + 2 * num_kv_heads) * half // block_p,)](
         x, qkv_weight, norm_weight, eps, cos, sin, cache_pos, kv_start, q_out, k_cache, v_cache,
         K, qkv_weight.stride(0), cos.stride(0),
         k_cache.stride(1), k_cache.stride(2), v_cache.stride(1), v_cache.stride(2), k_cache.shape[2],
-        N_Q_HEADS=num_q_heads, N_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_P=block_p, BLOCK_K=block_k,
-        PDL=pdl, launch_pdl=pdl, enable_fp_fusion=False, **extra,
+        N_Q_HEADS=num_q_heads, N_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_P=block_p, BLOCK_K=tile["BLOCK_K"],
+        enable_fp_fusion=False, **pdl_options(x.device), **launch,
     )
 
 

@@ -81,6 +81,12 @@ def timed(fn, warmup=1, runs=3) -> list[float]:
     return times
 
 
+def top2_gap(logits: torch.Tensor) -> float:
+    """Best minus second-best logit of one step: how near a tie transformers' choice was."""
+    best, second = logits.topk(2).values
+    return float(best - second)
+
+
 def teacher_forced_regret(hf, feed: dict, ids: list[int]) -> tuple[float, int, float]:
     """How far the track's greedy ids stray from transformers' own choice, given the track's prefix.
 
@@ -97,8 +103,7 @@ def teacher_forced_regret(hf, feed: dict, ids: list[int]) -> tuple[float, int, f
     chosen = logits.gather(1, torch.tensor(ids, device=logits.device)[:, None])[:, 0]
     regret = logits.max(1).values - chosen
     step = int(regret.argmax())
-    top2 = logits[step].topk(2).values
-    return float(regret[step]), step, float(top2[0] - top2[1])
+    return float(regret[step]), step, top2_gap(logits[step])
 
 
 @torch.no_grad()
@@ -130,7 +135,7 @@ def main():
                           output_scores=True, return_dict_in_generate=True)
         ref_ids = ref.sequences[0, inputs.input_ids.shape[1]:].tolist()
         ref_scores = [step[0].float() for step in ref.scores]  # logits transformers chose each token from
-        gaps = [float(step.topk(2).values[0] - step.topk(2).values[1]) for step in ref_scores]
+        gaps = [top2_gap(step) for step in ref_scores]
         print(f"[{dtype_name}] transformers' {args.tokens} tokens: {len(set(ref_ids))} distinct ids, top-2 logit gap "
               f"min {min(gaps):.3g}, median {statistics.median(gaps):.3g}")
         hf_ms = timed(lambda: hf.generate(**feed, do_sample=False, max_new_tokens=13, min_new_tokens=13))

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from glm_asr_common.checkpoint import default_config_dict  # noqa: E402
 from glm_asr_common.config import ModelConfig  # noqa: E402
+from glm_asr_common.roofline import time_call  # noqa: E402
 from glm_asr_triton_example import layers  # noqa: E402
 
 L2_FLUSH_BYTES = 512 << 20  # the weight copies of one timing cover this much (L2: 50-60 MiB)
@@ -42,15 +43,8 @@ def graph_time_us(launch, copies: int, repeats: int = 5) -> float:
         for i in range(copies):
             launch(i)
     graph.replay()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / copies)
-    return sorted(times)[len(times) // 2]
+    times = sorted(time_call(graph.replay, "cuda") * 1e6 / copies for _ in range(repeats))
+    return times[len(times) // 2]
 
 
 def weight_copies(rows: int, cols: int, dtype, scale: float) -> list[torch.Tensor]:
