@@ -210,7 +210,9 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, kv_start_ptr,
                            stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
                            stride_vb, stride_vt, stride_vh, stride_ob, stride_ot, stride_oh,
                            CAUSAL: tl.constexpr, HAS_KV_START: tl.constexpr, HEAD_DIM: tl.constexpr,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    release_consumer(PDL)
+    wait_for_producer(PDL)
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // n_q_heads
@@ -327,7 +329,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
         q.stride(0), q.stride(1), q.stride(2), *k_strides, *v_strides,
         out.stride(0), out.stride(1), out.stride(2),
         CAUSAL=causal, HAS_KV_START=kv_start is not None, HEAD_DIM=D,
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages, **pdl_options(q.device),
     )
     return out
 

@@ -23,7 +23,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_template/co
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from ._triton_compat import INTERPRET, dot, round_to  # noqa: E402
+from ._triton_compat import INTERPRET, dot, pdl_options, release_consumer, round_to, wait_for_producer  # noqa: E402
 
 
 @triton.jit
@@ -31,7 +31,9 @@ def conv1d_gelu_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, C_in, T_in, C_out, T_out
                        stride_xb, stride_xc, stride_xt, stride_wo, stride_wi, stride_wk,
                        stride_ob, stride_ot, stride_oc,
                        STRIDE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_CO: tl.constexpr,
-                       BLOCK_CI: tl.constexpr):
+                       BLOCK_CI: tl.constexpr, PDL: tl.constexpr):
+    release_consumer(PDL)
+    wait_for_producer(PDL)
     # Time tiles vary fastest, so programs running together share one weight tile in L2.
     pid_t = tl.program_id(0)
     pid_co = tl.program_id(1)
@@ -87,7 +89,7 @@ def conv1d_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, strid
         x.stride(0), x.stride(1), x.stride(2), weight.stride(0), weight.stride(1), weight.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
         STRIDE=stride, BLOCK_T=block_t, BLOCK_CO=block_co, BLOCK_CI=block_ci,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages, **pdl_options(x.device),
     )
     return out
 

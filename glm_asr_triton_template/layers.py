@@ -38,6 +38,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_template/la
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from glm_asr_common.teaching import student_kernel  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 from ._triton_compat import FP32_PRECISION, INTERPRET, pdl_options, release_consumer, round_to, wait_for_producer  # noqa: E402
 
@@ -320,6 +321,7 @@ def fused_linear_kernel(
     SPLIT_K: tl.constexpr,
     APPLY_GELU: tl.constexpr, GATED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """One (BLOCK_M, BLOCK_N) output tile over one K slice of x @ W^T.
 
@@ -328,6 +330,8 @@ def fused_linear_kernel(
     k_per_split columns of K and writes its fp32 partial sums to partial_ptr, (SPLIT_K, M, N or 2N);
     splitk_epilogue_kernel adds them up and applies the epilogue.
     """
+    release_consumer(PDL)
+    wait_for_producer(PDL)
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     split = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -360,6 +364,39 @@ def fused_linear_kernel(
         _store_partial_sums(acc, offs_m, offs_n, M, N, split, 0, GATED, partial_ptr)
         if GATED:
             _store_partial_sums(acc_up, offs_m, offs_n, M, N, split, N, GATED, partial_ptr)
+
+
+@triton.jit
+def tma_linear_kernel(
+    x_desc, w_desc, bias_ptr, residual_ptr, out_ptr,
+    M, N, K, stride_rm, stride_om,
+    APPLY_GELU: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PERSISTENT: tl.constexpr, PDL: tl.constexpr,
+):
+    """fused_linear_kernel's tiles (no split K, no gate) with x and W tiles fetched by the TMA unit.
+
+    A tensor descriptor names a tile by its corner; the copy engine computes the addresses, fills
+    rows past M or N and columns past K with zeros, and lands the tile in shared memory already
+    swizzled for the tensor cores, so the warps only issue the matmuls. PERSISTENT: one program per
+    SM walks the tiles (flattened into one software-pipelined loop, so the next tile's loads
+    overlap this tile's epilogue); otherwise one program per tile.
+    """
+    release_consumer(PDL)
+    wait_for_producer(PDL)
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    step = tl.num_programs(0) if PERSISTENT else tiles
+    for tile in tl.range(tl.program_id(0), tiles, step, flatten=PERSISTENT):
+        pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            x_tile = x_desc.load([pid_m * BLOCK_M, k])
+            w_tile = w_desc.load([pid_n * BLOCK_N, k])
+            acc = _mma(x_tile, w_tile.T, acc, INPUT_PRECISION)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        _store_linear(acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, stride_rm, out_ptr, stride_om,
+                      APPLY_GELU)
 
 
 @triton.jit
@@ -557,6 +594,11 @@ def one_row_gemv_config(N: int, K: int, dtype: torch.dtype, device: torch.device
     return cfg
 
 
+def _tma_addressable(t: torch.Tensor) -> bool:
+    """A 2-D tensor a TMA descriptor can address: 16-byte aligned start and row stride, unit column stride."""
+    return t.data_ptr() % 16 == 0 and t.stride(0) * t.element_size() % 16 == 0 and t.stride(1) == 1
+
+
 def _interpreter_linear_config(M: int, N: int, K: int, gated: bool) -> tuple[str, dict]:
     """The interpreter runs each program as NumPy calls, so the fewest, largest tiles are fastest."""
     block_k = min(triton.next_power_of_2(K), 512)
@@ -587,6 +629,9 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_prec
     stride_rm = 0 if residual_rows is None else residual_rows.stride(0)
     kind, cfg = config or _linear_config(M, N, K, x.dtype, gated, _sm_count(x.device))
     cfg = dict(cfg)
+    if kind == "tma" and not (_tma_addressable(rows) and _tma_addressable(weight)):
+        kind = "gemm"  # the same tiles through plain loads
+        del cfg["PERSISTENT"]
     if kind != "gemv" and prologue == "rmsnorm":
         rows = rmsnorm(rows, norm_weight, eps)
     elif kind != "gemv" and prologue != "none":
@@ -603,11 +648,21 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_prec
             rows, weight, bias, residual_rows, out_rows, partial, norm_weight, N, K, weight.stride(0), k_per_split,
             eps, SPLIT_K=split, APPLY_GELU=apply_gelu, PROLOGUE=prologue, **pdl, **cfg,
         )
+    elif kind == "tma":
+        if gated or split > 1:
+            raise ValueError("tma_linear_kernel takes neither a gate nor split K")
+        x_desc = TensorDescriptor(rows, [M, K], [rows.stride(0), 1], [cfg["BLOCK_M"], cfg["BLOCK_K"]])
+        w_desc = TensorDescriptor(weight, [N, K], [weight.stride(0), 1], [cfg["BLOCK_N"], cfg["BLOCK_K"]])
+        tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+        tma_linear_kernel[(min(tiles, _sm_count(x.device)) if cfg["PERSISTENT"] else tiles,)](
+            x_desc, w_desc, bias, residual_rows, out_rows, M, N, K, stride_rm, out_rows.stride(0),
+            APPLY_GELU=apply_gelu, INPUT_PRECISION=input_precision, **pdl, **cfg,
+        )
     else:
         fused_linear_kernel[(triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), split)](
             rows, weight, bias, residual_rows, out_rows, partial,
             M, N, K, rows.stride(0), weight.stride(0), stride_rm, out_rows.stride(0), k_per_split,
-            SPLIT_K=split, APPLY_GELU=apply_gelu, GATED=gated, INPUT_PRECISION=input_precision, **cfg,
+            SPLIT_K=split, APPLY_GELU=apply_gelu, GATED=gated, INPUT_PRECISION=input_precision, **pdl, **cfg,
         )
     if split > 1:
         block_n = 128

@@ -136,8 +136,11 @@ def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tu
 @triton.jit
 def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, n_heads, T,
                 stride_xb, stride_xt, stride_xh, stride_pb, stride_pt, stride_table,
-                HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr):
+                HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
+                PDL: tl.constexpr):
     # BLOCK_T tokens per program: each token's table row is loaded once and serves all of its heads.
+    release_consumer(PDL)
+    wait_for_producer(PDL)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
     b = tl.program_id(1)
     h = tl.arange(0, BLOCK_H)[None, :, None]
@@ -174,7 +177,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions:
         x, cos, sin, positions, H, T,
         x.stride(0), x.stride(1), x.stride(2), stride_pb, stride_pt, cos.stride(0),
         HALF=half, BLOCK_HALF=triton.next_power_of_2(half), BLOCK_H=block_h, BLOCK_T=block_t,
-        num_warps=4 if block_h * rotary_dim >= 2048 else 2, enable_fp_fusion=False,
+        num_warps=4 if block_h * rotary_dim >= 2048 else 2, enable_fp_fusion=False, **pdl_options(x.device),
     )
     return x
 

@@ -301,6 +301,30 @@ def test_linear_explicit_config(gen, M, config):
     assert_close(out, ref, GEMM_TOL[BF16])
 
 
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("epilogue", ["bias", "gelu", "residual"])
+def test_tma_linear(gen, dtype, persistent, epilogue):
+    """The TMA kernel: ragged M, N and K (the descriptors fill the edges with zeros), every epilogue,
+    one program per tile or a few persistent programs walking them all."""
+    M, N, K = 70, 40, 200
+    x, w, b = rand(gen, M, K, dtype=dtype), rand(gen, N, K, dtype=dtype, scale=K**-0.5), rand(gen, N, dtype=dtype)
+    r = rand(gen, M, N, dtype=dtype) if epilogue == "residual" else None
+    config = ("tma", dict(BLOCK_M=32, BLOCK_N=16, BLOCK_K=64, GROUP_M=2, SPLIT_K=1, PERSISTENT=persistent))
+    out = nan_like((M, N), dtype)
+    layers._launch_linear(x, w, b, r, out, epilogue == "gelu", False, "ieee", config=config)
+    assert_close(out, linear_reference(x, w, b, "gelu" if epilogue == "gelu" else None, r), GEMM_TOL[dtype])
+
+
+def test_tma_linear_falls_back_to_plain_loads(gen):
+    """A row stride of 300 bf16 (600 bytes) is not TMA-addressable: the same tiles run with plain loads."""
+    assert not layers._tma_addressable(torch.empty(2, 300, dtype=BF16))
+    x, w = rand(gen, 20, 300, dtype=BF16), rand(gen, 24, 300, dtype=BF16, scale=300**-0.5)
+    config = ("tma", dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, PERSISTENT=True))
+    out = layers._launch_linear(x, w, None, None, None, False, False, "ieee", config=config)
+    assert_close(out, linear_reference(x, w, None, None, None), GEMM_TOL[BF16])
+
+
 def test_swiglu_prologue_needs_one_row(gen):
     with pytest.raises(ValueError, match="swiglu prologue needs the one-row GEMV"):
         layers._launch_linear(rand(gen, 3, 64), rand(gen, 16, 32), None, None, None, False, False, "ieee",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU check in one call, ending with a short table:  bash utils/gpu_check.sh [--sweep] [OUT_DIR]
+# Every GPU check in one call, ending with a short table:  bash utils/gpu_check.sh [--sweep | --tiles] [OUT_DIR]
 #
 #   1. the machine: GPU, driver, torch / triton / transformers versions
 #   2. ./benchmark.sh on the test clip, 13 tokens, random weights: Triton example bf16
@@ -11,17 +11,21 @@
 #      third column) and fp32: components, kernels, roofline plots
 #   6. with --sweep: utils/sweep_linear.py, the tile-configuration sweep behind layers._linear_config
 #
+# --tiles is the short loop for tuning the encoder's GEMM tiles instead: the machine, the bf16
+# benchmark with and without PDL, bf16 parity of the Triton example, then the encoder sections of
+# the sweep in bf16 and fp32.
+#
 # Each step has its own time limit and a failed step does not stop the next. Everything lands in
 # OUT_DIR (default $OUT on the device machine): log.txt, parity.jsonl, bench.jsonl, summary.md,
 # detailed.tgz (JSON, CSV and plots of step 5) and sweep.json. Packages the GPU image lacks travel
 # as wheels in .whl/ (soundfile, jiwer).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-SWEEP=0
-if [ "${1:-}" = "--sweep" ]; then
-    SWEEP=1
-    shift
-fi
+MODE=all
+case "${1:-}" in
+    --sweep) MODE=sweep; shift ;;
+    --tiles) MODE=tiles; shift ;;
+esac
 OUT_DIR="${1:-${OUT:-/tmp/gpu_check}}"
 DETAILED=/tmp/gpu_check_detailed  # packed into OUT_DIR/detailed.tgz (the device returns few files)
 mkdir -p "$OUT_DIR"
@@ -61,6 +65,16 @@ bench glm_asr_triton_example bfloat16
 # The anchor for programmatic dependent launch: the same run with it switched off (log only).
 step "bench glm_asr_triton_example bfloat16 without PDL" 120 env GLM_ASR_PDL=0 ./benchmark.sh glm_asr_triton_example \
     "${BENCH_ARGS[@]}" --dtype bfloat16
+if [ "$MODE" = tiles ]; then
+    step parity 120 python3 utils/gpu_parity.py --tracks glm_asr_triton_example --dtypes bfloat16 \
+        --json "$OUT_DIR/parity.jsonl"
+    for dtype in bfloat16 float32; do
+        step "sweep encoder $dtype" 200 python3 utils/sweep_linear.py --sections encoder --dtype "$dtype" \
+            --json "$OUT_DIR/sweep_encoder_$dtype.json"
+    done
+    step summary 30 python3 utils/gpu_summary.py "$OUT_DIR"
+    exit 0
+fi
 step parity 200 python3 utils/gpu_parity.py --json "$OUT_DIR/parity.jsonl"
 # fp32 without TF32 anywhere: separates TF32 rounding from anything else (log only).
 step "parity fp32 ieee" 120 env GLM_ASR_FP32_PRECISION=ieee python3 utils/gpu_parity.py --tracks glm_asr_triton_example \
@@ -83,6 +97,6 @@ detailed() {  # detailed DTYPE [extra options]
 detailed bfloat16 --baseline hf
 detailed float32
 step summary 30 python3 utils/gpu_summary.py "$OUT_DIR"
-if [ "$SWEEP" = 1 ]; then
+if [ "$MODE" = sweep ]; then
     step sweep 240 python3 utils/sweep_linear.py --json "$OUT_DIR/sweep.json"
 fi

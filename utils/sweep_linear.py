@@ -91,7 +91,8 @@ def time_decode(problem: dict, dtype, configs, sms: int) -> list[dict]:
                                   prologue=prologue, norm_weight=norm, eps=1e-5, config=config)
 
         us = graph_time_us(launch, len(weights))
-        rows.append(dict(config=config[1], us=us, gbps=N * K * dtype.itemsize / us / 1e3, chosen=config == chosen))
+        rows.append(dict(kind=config[0], config=config[1], us=us, gbps=N * K * dtype.itemsize / us / 1e3,
+                         chosen=config == chosen))
     return rows
 
 
@@ -123,17 +124,23 @@ def gemm_problems(cfg: ModelConfig, section: str, prefill_rows: int) -> list[dic
     ]
 
 
-def gemm_configs(section: str) -> list[tuple[str, dict]]:
+def gemm_configs(section: str, dtype) -> list[tuple[str, dict]]:
     out = []
     if section == "prefill":
         for block_m, block_n, block_k, split in itertools.product((32, 64), (32, 64, 128), (64, 128), (1, 2, 4)):
             out.append(("gemm", dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=1, SPLIT_K=split,
                                      num_warps=4, num_stages=3)))
         return out
-    tiles = ((128, 128, 4), (128, 128, 8), (128, 256, 8), (256, 128, 8), (64, 256, 4), (64, 128, 4))
-    for (block_m, block_n, warps), stages, split in itertools.product(tiles, (3, 4), (1, 2)):
-        out.append(("gemm", dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=64, GROUP_M=8, SPLIT_K=split,
+    # Encoder: 128-byte K steps (one swizzled row of a TMA tile), plain loads or TMA, and for TMA one
+    # program per tile or one per SM.
+    block_k = 128 // dtype.itemsize
+    for (block_m, block_n, warps), stages in itertools.product(((128, 128, 4), (128, 128, 8), (128, 256, 8)), (3, 4)):
+        out.append(("gemm", dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SPLIT_K=1,
                                  num_warps=warps, num_stages=stages)))
+    tma_tiles = ((128, 128, 4), (128, 128, 8), (128, 256, 8), (256, 128, 8))
+    for (block_m, block_n, warps), stages, persistent in itertools.product(tma_tiles, (3, 4), (False, True)):
+        out.append(("tma", dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SPLIT_K=1,
+                                PERSISTENT=persistent, num_warps=warps, num_stages=stages)))
     return out
 
 
@@ -158,8 +165,8 @@ def time_gemm(problem: dict, dtype, configs, sms: int) -> list[dict]:
         except Exception as error:  # e.g. out of shared memory for a large tile: skip the candidate
             print(f"  skipped {config[1]}: {type(error).__name__}: {str(error).splitlines()[0][:100]}")
             continue
-        rows.append(dict(config=config[1], us=us, gbps=weight_bytes / us / 1e3, tflops=flops / us / 1e6,
-                         chosen=config == chosen))
+        rows.append(dict(kind=config[0], config=config[1], us=us, gbps=weight_bytes / us / 1e3,
+                         tflops=flops / us / 1e6, chosen=config == chosen))
     return rows
 
 
@@ -168,7 +175,7 @@ def report(name: str, rows: list[dict], top: int, rate: str):
     chosen = next((r for r in rows if r["chosen"]), None)
     print(f"\n{name}" + (f": table's choice {chosen['us']:.1f} us" if chosen else ""))
     for rank, row in enumerate(rows[:top] + ([chosen] if chosen and chosen not in rows[:top] else [])):
-        cfg = " ".join(f"{k}={v}" for k, v in row["config"].items())
+        cfg = f"{row['kind']:4} " + " ".join(f"{k}={v}" for k, v in row["config"].items())
         mark = "  <- table" if row["chosen"] else ""
         value = f"{row['tflops']:7.1f} TFLOP/s" if rate == "tflops" else f"{row['gbps']:7.0f} GB/s"
         print(f"  {row['us']:8.1f} us {value}  {cfg}{mark}")
@@ -198,7 +205,7 @@ def main():
                 results[problem["name"]] = rows = time_decode(problem, dtype, configs, sms)
                 report(problem["name"], rows, args.top, "gbps")
         else:
-            configs = gemm_configs(section)
+            configs = gemm_configs(section, dtype)
             for problem in gemm_problems(cfg, section, args.prefill_rows):
                 results[problem["name"]] = rows = time_gemm(problem, dtype, configs, sms)
                 report(problem["name"], rows, args.top, "tflops" if section == "encoder" else "gbps")
