@@ -589,7 +589,8 @@ def test_cupti_is_opened_early_only_for_old_cuda(monkeypatch):
 @pytest.mark.parametrize("name, cls, aux", [
     # The Triton example's kernels.
     ("conv1d_gelu_kernel", "conv", False), ("layernorm_kernel", "norm", False), ("rmsnorm_kernel", "norm", False),
-    ("fused_linear_kernel", "gemm", False), ("splitk_epilogue_kernel", "gemm", True), ("rope_kernel", "rope", False),
+    ("fused_linear_kernel", "gemm", False), ("tma_linear_kernel", "gemm", False), ("splitk_epilogue_kernel", "gemm", True),
+    ("rope_kernel", "rope", False),
     ("rope_qkv_to_cache_kernel", "rope", False), ("flash_attention_kernel", "attention", False),
     ("decode_attention_split_kernel", "attention", False), ("decode_attention_combine_kernel", "attention", True),
     ("embed_tokens_kernel", "embedding", False), ("lm_head_argmax_kernel", "lm_head", False),

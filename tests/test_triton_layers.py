@@ -316,6 +316,21 @@ def test_tma_linear(gen, dtype, persistent, epilogue):
     assert_close(out, linear_reference(x, w, b, "gelu" if epilogue == "gelu" else None, r), GEMM_TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+def test_gpu_table_sends_only_plain_tiles_to_tma(monkeypatch, dtype):
+    """The GPU table (read here without a GPU): the encoder's GEMMs take the TMA kernel, and a gated or
+    split-K launch, which tma_linear_kernel does not take, never does."""
+    monkeypatch.setattr(layers, "INTERPRET", False)
+    sms = 132
+    for N, K in ((3840, 1280), (1280, 1280), (5120, 1280), (1280, 5120)):  # encoder q|k|v, o, fc1, fc2
+        kind, cfg = layers._linear_config(1500, N, K, dtype, False, sms)
+        assert kind == "tma" and cfg["SPLIT_K"] == 1 and cfg["BLOCK_K"] * dtype.itemsize == 128
+    kind, cfg = layers._linear_config(1500, 6144, 2048, dtype, True, sms)  # a long prompt's gate|up
+    assert kind == "gemm"
+    kind, cfg = layers._linear_config(100, 2048, 6144, dtype, False, sms)  # a 100-token prompt's down: split K
+    assert kind == "gemm" and cfg["SPLIT_K"] > 1
+
+
 def test_tma_linear_falls_back_to_plain_loads(gen):
     """A row stride of 300 bf16 (600 bytes) is not TMA-addressable: the same tiles run with plain loads."""
     assert not layers._tma_addressable(torch.empty(2, 300, dtype=BF16))
