@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU check in one call, ending with a short table:  bash utils/gpu_check.sh [--sweep | --tiles] [OUT_DIR]
+# Every GPU check in one call, ending with a short table:  bash utils/gpu_check.sh [--sweep | --tiles | --quick] [OUT_DIR]
 #
 #   1. the machine: GPU, driver, torch / triton / transformers versions
 #   2. ./benchmark.sh on the test clip, 13 tokens, random weights: Triton example bf16
@@ -13,7 +13,8 @@
 #
 # --tiles is the short loop for tuning the encoder's GEMM tiles instead: the machine, the bf16
 # benchmark with and without PDL, bf16 parity of the Triton example, then the encoder sections of
-# the sweep in bf16 and fp32.
+# the sweep in bf16 and fp32. --quick, for a second GPU model within the same device budget: the
+# machine, the Triton example's benchmark in bf16 (with and without PDL) and fp32, and its parity.
 #
 # Each step has its own time limit and a failed step does not stop the next. Everything lands in
 # OUT_DIR (default $OUT on the device machine): log.txt, parity.jsonl, bench.jsonl, summary.md,
@@ -25,6 +26,7 @@ MODE=all
 case "${1:-}" in
     --sweep) MODE=sweep; shift ;;
     --tiles) MODE=tiles; shift ;;
+    --quick) MODE=quick; shift ;;
 esac
 OUT_DIR="${1:-${OUT:-/tmp/gpu_check}}"
 DETAILED=/tmp/gpu_check_detailed  # packed into OUT_DIR/detailed.tgz (the device returns few files)
@@ -72,6 +74,12 @@ if [ "$MODE" = tiles ]; then
         step "sweep encoder $dtype" 200 python3 utils/sweep_linear.py --sections encoder --dtype "$dtype" \
             --json "$OUT_DIR/sweep_encoder_$dtype.json"
     done
+    step summary 30 python3 utils/gpu_summary.py "$OUT_DIR"
+    exit 0
+fi
+if [ "$MODE" = quick ]; then
+    bench glm_asr_triton_example float32
+    step parity 150 python3 utils/gpu_parity.py --tracks glm_asr_triton_example --json "$OUT_DIR/parity.jsonl"
     step summary 30 python3 utils/gpu_summary.py "$OUT_DIR"
     exit 0
 fi
