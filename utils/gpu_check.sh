@@ -60,39 +60,6 @@ bench() {  # bench FOLDER DTYPE [extra options]
     rm -f "$OUT_DIR/bench_one.json"
 }
 
-step machine 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader;
-    python3 -c "import torch, triton, transformers; print(\"torch\", torch.__version__, \"triton\", triton.__version__, \"transformers\", transformers.__version__)"'
-# Most important first: a lease that runs out still returns what the earlier steps wrote.
-bench glm_asr_triton_example bfloat16
-# The anchor for programmatic dependent launch: the same run with it switched off (log only).
-step "bench glm_asr_triton_example bfloat16 without PDL" 120 env GLM_ASR_PDL=0 ./benchmark.sh glm_asr_triton_example \
-    "${BENCH_ARGS[@]}" --dtype bfloat16
-if [ "$MODE" = tiles ]; then
-    step parity 120 python3 utils/gpu_parity.py --tracks glm_asr_triton_example --dtypes bfloat16 \
-        --json "$OUT_DIR/parity.jsonl"
-    for dtype in bfloat16 float32; do
-        step "sweep encoder $dtype" 200 python3 utils/sweep_linear.py --sections encoder --dtype "$dtype" \
-            --json "$OUT_DIR/sweep_encoder_$dtype.json"
-    done
-    step summary 30 python3 utils/gpu_summary.py "$OUT_DIR"
-    exit 0
-fi
-if [ "$MODE" = quick ]; then
-    bench glm_asr_triton_example float32
-    step parity 150 python3 utils/gpu_parity.py --tracks glm_asr_triton_example --json "$OUT_DIR/parity.jsonl"
-    step summary 30 python3 utils/gpu_summary.py "$OUT_DIR"
-    exit 0
-fi
-step parity 200 python3 utils/gpu_parity.py --json "$OUT_DIR/parity.jsonl"
-# fp32 without TF32 anywhere: separates TF32 rounding from anything else (log only).
-step "parity fp32 ieee" 120 env GLM_ASR_FP32_PRECISION=ieee python3 utils/gpu_parity.py --tracks glm_asr_triton_example \
-    --dtypes float32
-bench glm_asr_triton_example float32
-bench glm_asr_scratch bfloat16
-bench glm_asr_triton_template bfloat16 --allow-reference all
-step "fill template" 30 python3 utils/make_template.py --filled . --package glm_asr_triton_filled
-bench glm_asr_triton_filled bfloat16
-
 detailed() {  # detailed DTYPE [extra options]
     local dtype=$1
     shift
@@ -102,8 +69,41 @@ detailed() {  # detailed DTYPE [extra options]
         --json "$DETAILED/$dtype/detailed.json" --csv "$DETAILED/$dtype/kernels.csv" --plot "$DETAILED/$dtype" "$@"
     tar czf "$OUT_DIR/detailed.tgz" -C "$DETAILED" .
 }
-detailed bfloat16 --baseline hf
-detailed float32
+
+step machine 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader;
+    python3 -c "import torch, triton, transformers; print(\"torch\", torch.__version__, \"triton\", triton.__version__, \"transformers\", transformers.__version__)"'
+# Most important first: a lease that runs out still returns what the earlier steps wrote.
+bench glm_asr_triton_example bfloat16
+# The anchor for programmatic dependent launch: the same run with it switched off (log only).
+step "bench glm_asr_triton_example bfloat16 without PDL" 120 env GLM_ASR_PDL=0 ./benchmark.sh glm_asr_triton_example \
+    "${BENCH_ARGS[@]}" --dtype bfloat16
+case "$MODE" in
+    tiles)
+        step parity 120 python3 utils/gpu_parity.py --tracks glm_asr_triton_example --dtypes bfloat16 \
+            --json "$OUT_DIR/parity.jsonl"
+        for dtype in bfloat16 float32; do
+            step "sweep encoder $dtype" 200 python3 utils/sweep_linear.py --sections encoder --dtype "$dtype" \
+                --json "$OUT_DIR/sweep_encoder_$dtype.json"
+        done
+        ;;
+    quick)
+        bench glm_asr_triton_example float32
+        step parity 150 python3 utils/gpu_parity.py --tracks glm_asr_triton_example --json "$OUT_DIR/parity.jsonl"
+        ;;
+    *)
+        step parity 200 python3 utils/gpu_parity.py --json "$OUT_DIR/parity.jsonl"
+        # fp32 without TF32 anywhere: separates TF32 rounding from anything else (log only).
+        step "parity fp32 ieee" 120 env GLM_ASR_FP32_PRECISION=ieee python3 utils/gpu_parity.py \
+            --tracks glm_asr_triton_example --dtypes float32
+        bench glm_asr_triton_example float32
+        bench glm_asr_scratch bfloat16
+        bench glm_asr_triton_template bfloat16 --allow-reference all
+        step "fill template" 30 python3 utils/make_template.py --filled . --package glm_asr_triton_filled
+        bench glm_asr_triton_filled bfloat16
+        detailed bfloat16 --baseline hf
+        detailed float32
+        ;;
+esac
 step summary 30 python3 utils/gpu_summary.py "$OUT_DIR"
 if [ "$MODE" = sweep ]; then
     step sweep 240 python3 utils/sweep_linear.py --json "$OUT_DIR/sweep.json"
