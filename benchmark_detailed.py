@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the time of one transcription goes: components, layers, kernels, roofline verdicts.
 
-    python benchmark_detailed.py glm_asr_triton_example [--dtype bfloat16] [--runs 10]
+    python benchmark_detailed.py glm_asr_triton_example [--precision bf16] [--runs 10]
         [--compare glm_asr_scratch] [--baseline hf] [--json out.json] [--csv ops.csv] [--plot DIR]
     python benchmark_detailed.py FOLDER --attention-only | --linear-only [--seq-len N]
     python benchmark_detailed.py FOLDER --nsys
@@ -44,6 +44,7 @@ from glm_asr_common.cli import (ArgumentParser, add_common_args, check_json_path
                                 resolve_device, write_json)
 from glm_asr_common.errors import UserError, run_cli
 from glm_asr_common.frontend import decode as decode_text
+from glm_asr_common.precision import from_options, get_precision, torch_matmul_precision
 from glm_asr_common.profiling import (aggregate, component_of, profile_run, quartiles, split_graph_replays, summarize,
                                       timed_run)
 from glm_asr_common.runtime import REPO_ROOT, track_folders
@@ -151,7 +152,7 @@ class HFTrack:
     Logits processing and the greedy pick run in transformers' generate loop: outside every region.
     """
 
-    def __init__(self, raw: dict, weights: dict, cfg, device: str, dtype: torch.dtype):
+    def __init__(self, raw: dict, weights: dict, cfg, device: str, precision):
         from transformers import GlmAsrConfig, GlmAsrForConditionalGeneration
 
         from glm_asr_common.checkpoint import transformers_name
@@ -159,12 +160,13 @@ class HFTrack:
 
         config = GlmAsrConfig(**raw)
         config._attn_implementation = "sdpa"
+        dtype = precision.dtype
         with torch.device(device):  # rotary buffers need real memory; the random init is replaced below
             model = GlmAsrForConditionalGeneration(config).to(dtype)
         model.load_state_dict({transformers_name(k): v for k, v in weights.items()}, assign=True, strict=True)
         model.tie_weights()
         self.hf = model.to(device, dtype).eval()
-        self.cfg, self.device, self.dtype = cfg, device, dtype
+        self.cfg, self.device, self.precision = cfg, device, precision
         self._open, self._calls = [], 0
 
         def push(name):
@@ -198,13 +200,14 @@ class HFTrack:
         d = self.device
         self._calls = 0
         eos = list(self.cfg.eos_token_ids)
-        out = self.hf.generate(
-            input_ids=torch.from_numpy(inputs.input_ids).to(d),
-            attention_mask=torch.from_numpy(inputs.attention_mask).to(d),
-            input_features=torch.from_numpy(inputs.input_features).to(d, self.dtype),
-            input_features_mask=torch.from_numpy(inputs.input_features_mask).to(d),
-            do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-            eos_token_id=eos, pad_token_id=eos[0])
+        with torch_matmul_precision(self.precision):
+            out = self.hf.generate(
+                input_ids=torch.from_numpy(inputs.input_ids).to(d),
+                attention_mask=torch.from_numpy(inputs.attention_mask).to(d),
+                input_features=torch.from_numpy(inputs.input_features).to(d, self.precision.dtype),
+                input_features_mask=torch.from_numpy(inputs.input_features_mask).to(d),
+                do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                eos_token_id=eos, pad_token_id=eos[0])
         rows = []
         for row in out[:, inputs.input_ids.shape[1]:].tolist():
             ids = []
@@ -222,12 +225,13 @@ def open_hf_session(args, like):
 
     start = time.perf_counter()
     ckpt = like.checkpoint  # the very same canonical weights the folder was measured with
-    model = HFTrack(raw_config(args), ckpt.weights, ckpt.config, like.device, like.dtype)
+    model = HFTrack(raw_config(args), ckpt.weights, ckpt.config, like.device, like.precision)
     sync(like.device)
     print(f"Baseline: transformers GlmAsrForConditionalGeneration (sdpa), same weights; load "
           f"{time.perf_counter() - start:.1f}s")
-    return Session("transformers (hf)", like.device, like.dtype, ckpt, like.inputs, like.audio_seconds, model,
-                   time.perf_counter() - start, like.features_ms)
+    return Session("transformers (hf)", "hf", "transformers' GlmAsrForConditionalGeneration", like.device,
+                   like.precision, ckpt, like.inputs, like.audio_seconds, model, time.perf_counter() - start,
+                   like.features_ms)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -448,13 +452,13 @@ def build_report(session, args, measured: dict, peaks, label: str) -> dict:
     gkern = kernel_summary(graph["profile"]) if graph else None
     tokens = prof.tokens or measured["tokens"]
     steps = int(kern["decode.steps"]) if kern["decode.steps"] else max(len(tokens) - 1, 0)
-    dtype = args.dtype
+    precision = args.precision
     # A prompt phase replayed as one CUDA graph runs no region inside it in the timed runs.
     prompt_graph = bool(graph) and comp["encoder"]["median"] == 0 and gcomp["encoder"]["median"] > 0
     ops = roofline.transcription_ops(cfg, windows=inputs.input_features.shape[0],
                                      mel_frames=inputs.input_features.shape[-1], prompt_len=inputs.input_ids.shape[1],
-                                     decode_steps=steps, dtype=dtype, batch=inputs.batch_size)
-    operators, classes = operator_tables(op_profile, ops, peaks, dtype)
+                                     decode_steps=steps, dtype=precision, batch=inputs.batch_size)
+    operators, classes = operator_tables(op_profile, ops, peaks, precision)
 
     def m(agg, key):
         v = agg[key]
@@ -503,7 +507,7 @@ def build_report(session, args, measured: dict, peaks, label: str) -> dict:
     }
     processor = session.checkpoint.processor
     report = {
-        "label": label, "folder": label, "model": session.checkpoint.description, "dtype": dtype, "device": device,
+        "label": label, "folder": label, "model": session.checkpoint.description, "precision": precision, "device": device,
         "device_name": peaks.device, "audio_seconds": round(session.audio_seconds, 3),
         "windows": int(inputs.input_features.shape[0]), "mel_frames": int(inputs.input_features.shape[-1]),
         "prompt_len": int(inputs.input_ids.shape[1]), "tokens": len(tokens), "decode_steps": steps,
@@ -562,13 +566,13 @@ def print_report(rep: dict, peaks, top: int = 30):
     print("=" * 100)
     print(f"DETAILED BENCHMARK: {rep['label']}")
     print("=" * 100)
-    print(f"Model: {rep['model']} ({rep['dtype']}, {device})")
+    print(f"Model: {rep['model']} (precision {rep['precision']}, {device})")
     print(f"Input: {rep['audio_seconds']:.2f}s audio, {rep['windows']} window(s) of {rep['mel_frames']} mel frames, "
           f"prompt {rep['prompt_len']} tokens; {rep['tokens']} tokens generated ({rep['decode_steps']} decode steps)")
     if rep["transcription"]:
         print(f"Transcription: {rep['transcription']}")
     print(f"Peaks: {peaks.describe()}")
-    print(f"Ridge point ({rep['dtype']}): {peaks.ridge(rep['dtype']):.0f} FLOP/byte")
+    print(f"Ridge point ({rep['precision']}): {peaks.ridge(rep['precision']):.0f} FLOP/byte")
     print(f"Runs: {rep['warmup']} warm-up, then {rep['runs']} plain and {rep['runs']} region-timed runs (alternating) + 1 profiled")
 
     print("\n== End to end ==")
@@ -677,7 +681,7 @@ def print_operators(rep: dict, peaks, top: int = 30):
     print(table(["phase", "class", "kernels", "calls", "ms", "%", "GFLOP", "MB", "AI", "TFLOP/s", "GB/s", "%roof",
                  "verdict"], rows, align="llrrrrrrrrrrl"))
     print()
-    print(FOOTER.format(ridge=peaks.ridge(rep["dtype"])))
+    print(FOOTER.format(ridge=peaks.ridge(rep["precision"])))
 
 
 def comparison(reports: list[dict]) -> dict:
@@ -799,7 +803,7 @@ def write_plots(out_dir: str, reports: list[dict], peaks) -> list[str]:
     plt = import_pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    dtype = reports[0]["dtype"]
+    precision = reports[0]["precision"]
     paths = []
 
     # Roofline: one point per (phase, class) with a FLOP/byte model, per report.
@@ -808,12 +812,12 @@ def write_plots(out_dir: str, reports: list[dict], peaks) -> list[str]:
               if c["kernels"] and c["tflops"] and c["intensity"] and c["tflops"] > 0]
     ais = [c["intensity"] for _, c in points] or [1.0]
     bw = peaks.bandwidth
-    main_peak = peaks.flops_for(dtype)
+    main_peak = peaks.flops_for(precision)
     lo = min(min(ais) / 3, 0.05)
     hi = max(max(ais) * 8, main_peak / bw * 10)
     xs = np.logspace(math.log10(lo), math.log10(hi), 200)
-    # The dtype's roof solid; on a GPU the other measured matmul roofs as thin dashed lines.
-    roofs = [(f"{dtype} roof" + (" (TF32)" if dtype == "float32" and peaks.kind == "cuda" else ""), main_peak, "-", 1.6)]
+    # The precision's roof solid; on a GPU the other measured matmul roofs as thin dashed lines.
+    roofs = [(f"{precision} roof", main_peak, "-", 1.6)]
     if peaks.kind == "cuda":
         names = {"bfloat16": "bfloat16 roof", "tf32": "tf32 roof", "float32": "float32 IEEE roof (CUDA cores)"}
         roofs += [(names.get(k, f"{k} roof"), v, "--", 0.9) for k, v in peaks.matmul.items()
@@ -847,7 +851,7 @@ def write_plots(out_dir: str, reports: list[dict], peaks) -> list[str]:
     ax.set_ylabel("achieved TFLOP/s")
     where = "CPU measurements" if peaks.kind == "cpu" else "measured"
     ax.set_title(f"Roofline per operator class: {', '.join(r['label'] for r in reports)}\n"
-                 f"{dtype}, {peaks.device}; peaks {where}", fontsize=9)
+                 f"{precision}, {peaks.device}; peaks {where}", fontsize=9)
     from matplotlib.lines import Line2D
 
     handles, _ = ax.get_legend_handles_labels()
@@ -889,7 +893,8 @@ def write_plots(out_dir: str, reports: list[dict], peaks) -> list[str]:
     ax.set_ylabel("ms (median over runs, region timers)")
     split_note = ("\n* one CUDA graph from encoder to first token: its wall time split by kernel time"
                   if any(_prompt_graph(r) for r in reports) else "")
-    ax.set_title(f"Where one transcription's time goes\n{reports[0]['dtype']}, {peaks.device}{split_note}", fontsize=9)
+    ax.set_title(f"Where one transcription's time goes\n{reports[0]['precision']}, {peaks.device}{split_note}",
+                 fontsize=9)
     ax.set_xticks(range(len(reports)), [r["label"] + (" *" if _prompt_graph(r) else "") for r in reports])
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_ylim(0, max(max(bottoms), max(r["component_totals"]["end_to_end_ms"] for r in reports)) * 1.15)
@@ -937,11 +942,17 @@ def bench_us(fn, device: str, runs: int, flush=None) -> tuple[float, float, floa
     return quartiles(times)
 
 
+# The launchers the micro-benchmarks time, by module: a fast path's fused kernels and the course path's.
+MICRO_LAUNCHERS = (("fast_attention", ("flash_attention", "decode_attention")),
+                   ("fast_linear", ("linear", "swiglu_linear")),
+                   ("attention", ("encoder_attention", "decoder_attention")),
+                   ("layers", ("linear_tf32",)))
+
+
 def folder_launchers(folder: str) -> dict:
-    """The folder's public kernel launchers, where it has them (attention.py, layers.py)."""
+    """The folder's kernel launchers that the micro-benchmarks know, where it has them."""
     found = {}
-    for module, names in (("attention", ("flash_attention", "decode_attention")),
-                          ("layers", ("linear", "swiglu_linear"))):
+    for module, names in MICRO_LAUNCHERS:
         try:
             mod = importlib.import_module(f"{folder}.{module}")
         except ImportError:
@@ -966,7 +977,8 @@ def attention_cases(cfg, seq_len: int, args, device, dtype):
     """(name, shape text, logical Op, torch fn, {launcher: fn builder}, output → torch layout)."""
     import torch.nn.functional as F
 
-    e = roofline.ELEMENT_BYTES[args.dtype]
+    e = roofline.ELEMENT_BYTES[args.precision]
+    dot = get_precision(args.precision).dot
     enc, dec = cfg.encoder, cfg.decoder
     gen = torch.Generator(device=device).manual_seed(0)
     rnd = lambda *shape: torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
@@ -974,12 +986,17 @@ def attention_cases(cfg, seq_len: int, args, device, dtype):
     t = enc.max_positions
     q, k, v = (rnd(1, t, enc.num_heads, enc.head_dim) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    enc_out = torch.empty_like(q)  # token-major, as the course model's o_proj reads it
     scale = enc.head_dim ** -0.5
     cases.append(("encoder self-attention", f"T={t} H={enc.num_heads} D={enc.head_dim} non-causal",
                   roofline.attention("encoder", "enc.attention", batch=1, q_heads=enc.num_heads, kv_heads=enc.num_heads,
                                      tq=t, tk=t, head_dim=enc.head_dim, e=e, causal=False),
                   lambda: F.scaled_dot_product_attention(qt, kt, vt),
-                  {"flash_attention": lambda f: (lambda: f(q, k, v, scale, causal=False))}, _bthd_to_bhtd))
+                  {"flash_attention": lambda f: (lambda: f(q, k, v, scale, causal=False, precision=dot)),
+                   "encoder_attention": lambda f: (lambda: f(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                             scale, enc_out.transpose(1, 2), precision=dot)
+                                                   .transpose(1, 2))},
+                  _bthd_to_bhtd))
     cache_len = -(-(seq_len + args.max_new_tokens) // 256) * 256
     d_scale = dec.head_dim ** -0.5
     kc = rnd(1, dec.num_kv_heads, cache_len, dec.head_dim)
@@ -992,8 +1009,16 @@ def attention_cases(cfg, seq_len: int, args, device, dtype):
 
     def prefill_builder(f):
         if "kv_layout" in inspect.signature(f).parameters:
-            return lambda: f(qp, kc, vc, d_scale, causal=True, kv_start=kv_start, kv_layout="bhtd")
-        return lambda: f(qp, k_tok, v_tok, d_scale, causal=True, kv_start=kv_start)
+            return lambda: f(qp, kc, vc, d_scale, causal=True, precision=dot, kv_start=kv_start, kv_layout="bhtd")
+        return lambda: f(qp, k_tok, v_tok, d_scale, causal=True, precision=dot, kv_start=kv_start)
+
+    prefill_counters = torch.tensor([0, seq_len], dtype=torch.int32, device=device)
+    decode_counters = torch.tensor([seq_len - 1, seq_len], dtype=torch.int32, device=device)
+
+    def course_builder(q_bhtd, counters, causal, n_keys):
+        # Its (B, H, T, D) output seen token-major (a free view), like the fast kernels' outputs.
+        return lambda f: (lambda: f(q_bhtd, kc, vc, d_scale, causal=causal, n_keys=n_keys, kv_start=kv_start,
+                                    cache_pos=counters[:1], valid_len=counters[1:], precision=dot).transpose(1, 2))
 
     cases.append(("decoder prefill attention", f"T={seq_len} Hq={dec.num_heads} Hkv={dec.num_kv_heads} "
                   f"D={dec.head_dim} causal",
@@ -1002,7 +1027,8 @@ def attention_cases(cfg, seq_len: int, args, device, dtype):
                                      causal=True),
                   lambda: F.scaled_dot_product_attention(qpt, kc[:, :, :seq_len], vc[:, :, :seq_len], is_causal=True,
                                                          enable_gqa=True),
-                  {"flash_attention": prefill_builder}, _bthd_to_bhtd))
+                  {"flash_attention": prefill_builder,
+                   "decoder_attention": course_builder(qpt, prefill_counters, True, seq_len)}, _bthd_to_bhtd))
     qd = rnd(1, 1, dec.num_heads, dec.head_dim)
     qdt = qd.transpose(1, 2).contiguous()
     valid = torch.tensor([seq_len], dtype=torch.int32, device=device)
@@ -1012,14 +1038,16 @@ def attention_cases(cfg, seq_len: int, args, device, dtype):
                                      kv_heads=dec.num_kv_heads, tq=1, tk=seq_len, head_dim=dec.head_dim, e=e,
                                      causal=True),
                   lambda: F.scaled_dot_product_attention(qdt, kc[:, :, :seq_len], vc[:, :, :seq_len], enable_gqa=True),
-                  {"decode_attention": lambda f: (lambda: f(qd, kc, vc, valid, kv_start, d_scale))}, _bthd_to_bhtd))
+                  {"decode_attention": lambda f: (lambda: f(qd, kc, vc, valid, kv_start, d_scale, precision=dot)),
+                   "decoder_attention": course_builder(qdt, decode_counters, False, cache_len)}, _bthd_to_bhtd))
     return cases
 
 
 def linear_cases(cfg, seq_len: int, args, device, dtype):
     import torch.nn.functional as F
 
-    e = roofline.ELEMENT_BYTES[args.dtype]
+    e = roofline.ELEMENT_BYTES[args.precision]
+    dot = get_precision(args.precision).dot
     enc, dec = cfg.encoder, cfg.decoder
     gen = torch.Generator(device=device).manual_seed(0)
     rnd = lambda *shape, s=1.0: (torch.randn(*shape, generator=gen, device=device) * s).to(dtype)
@@ -1054,12 +1082,15 @@ def linear_cases(cfg, seq_len: int, args, device, dtype):
             def torch_fn(x=x, w=w, N=N):
                 y = F.linear(x, w)
                 return F.silu(y[:, :N]) * y[:, N:]
-            builders = {"swiglu_linear": lambda f, x=x, w=w: (lambda: f(x, w))}
+            builders = {"swiglu_linear": lambda f, x=x, w=w: (lambda: f(x, w, input_precision=dot))}
         else:
             def torch_fn(x=x, w=w, b=b, act=act):
                 y = F.linear(x, w, b)
                 return F.gelu(y) if act == "gelu" else y
-            builders = {"linear": lambda f, x=x, w=w, b=b, act=act: (lambda: f(x, w, b, activation=act))}
+            builders = {"linear": lambda f, x=x, w=w, b=b, act=act: (lambda: f(x, w, b, activation=act,
+                                                                             input_precision=dot))}
+            if act is None:  # the course kernel has no fused epilogue: it times the plain products
+                builders["linear_tf32"] = lambda f, x=x, w=w, b=b: (lambda: f(x, w, b, precision=dot))
         shape = f"M={M} N={2 * N if act == 'swiglu' else N} K={K}" + (" +bias" if bias else "")
         cases.append((name, shape, op, torch_fn, builders, lambda out: out))
     return cases
@@ -1069,7 +1100,7 @@ def run_micro(args, folders: list[str], peaks) -> dict:
     device = resolve_device(args.device)
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    dtype = get_precision(args.precision).dtype
     cfg = model_config(args)
     seq_len = args.seq_len or default_seq_len(args, cfg)
     if str(REPO_ROOT) not in sys.path:
@@ -1085,7 +1116,7 @@ def run_micro(args, folders: list[str], peaks) -> dict:
         for name, shape, op, torch_fn, builders, to_torch in make(cfg, seq_len, args, device, dtype):
             tq1, tmed, tq3 = bench_us(torch_fn, device, runs, flush)
             reference = torch_fn()
-            floor = roofline.floor_seconds(op.flops, op.bytes, peaks, args.dtype) * 1e6
+            floor = roofline.floor_seconds(op.flops, op.bytes, peaks, args.precision) * 1e6
             row = {"op": name, "shape": shape, "flops": op.flops, "bytes": op.bytes, "floor_us": floor,
                    "torch_us": tmed, "torch_iqr_us": [tq1, tq3], "impls": []}
             for folder, launchers in impls:
@@ -1106,21 +1137,21 @@ def run_micro(args, folders: list[str], peaks) -> dict:
                         entry = {"folder": folder, "launcher": launcher, "us": None, "iqr_us": None,
                                  "note": f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"}
                 if entry["us"]:
-                    roof = roofline.assess(op.flops, op.bytes, entry["us"] / 1e6, 1, peaks, args.dtype)
+                    roof = roofline.assess(op.flops, op.bytes, entry["us"] / 1e6, 1, peaks, args.precision)
                     entry.update({"tflops": roof.achieved_flops / 1e12, "gbps": roof.achieved_bw / 1e9,
                                   "pct_roof": roof.pct_roof, "verdict": roof.verdict,
                                   "speedup_vs_torch": tmed / entry["us"]})
                 row["impls"].append(entry)
             rows.append(row)
         sections.append({"kind": kind, "rows": rows})
-    return {"mode": "micro", "folders": folders, "device": device, "dtype": args.dtype, "seq_len": seq_len,
+    return {"mode": "micro", "folders": folders, "device": device, "precision": args.precision, "seq_len": seq_len,
             "runs": runs, "peaks": peaks.to_json(), "sections": sections}
 
 
 def print_micro(res: dict, peaks):
     print()
     print("=" * 100)
-    print(f"MICRO-BENCHMARKS: {', '.join(res['folders'])} vs torch ({res['dtype']}, {res['device']}; "
+    print(f"MICRO-BENCHMARKS: {', '.join(res['folders'])} vs torch ({res['precision']}, {res['device']}; "
           f"median of {res['runs']} calls{', cold L2' if res['device'] == 'cuda' else ''}; seq-len {res['seq_len']})")
     print("=" * 100)
     print(f"Peaks: {peaks.describe()}")
@@ -1157,8 +1188,8 @@ def run_nsys(args) -> int:
     if nsys is None:
         raise UserError("--nsys needs NVIDIA Nsight Systems, but `nsys` is not on PATH (install it or drop --nsys)")
     folder = args.folder.rstrip("/").split("/")[-1]
-    out = Path(args.nsys_output or f"nsys_{folder}_{args.dtype}")
-    passthrough = ["--audio", args.audio, "--model", args.model, "--dtype", args.dtype, "--warmup", str(args.warmup),
+    out = Path(args.nsys_output or f"nsys_{folder}_{args.precision}")
+    passthrough = ["--audio", args.audio, "--model", args.model, "--precision", args.precision, "--warmup", str(args.warmup),
                    "--runs", str(min(args.runs, 3)), "--max-new-tokens", str(args.max_new_tokens),
                    "--min-new-tokens", str(args.min_new_tokens)]
     if args.device:
@@ -1205,6 +1236,8 @@ def main(argv) -> int:
     if args.folder is None:
         print("Available folders:\n  " + "\n  ".join(track_folders()))
         return 2
+    # One name for the precision from here on (bf16, tf32, fp32): it picks the roof and the bytes.
+    args.precision, args.dtype = from_options(args.precision, args.dtype).name, None
     folders = track_folders()
     for f in [args.folder] + ([args.compare] if args.compare else []):
         if f.rstrip("/").split("/")[-1] not in folders:

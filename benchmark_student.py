@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Transcribe one audio file with a track folder, time it, and check the transcription.
 
-    python benchmark_student.py glm_asr_triton_example [--dtype bfloat16] [--runs 3] [--json out.json]
+    python benchmark_student.py glm_asr_triton_example [--precision bf16] [--path course] [--runs 3] [--json out.json]
 
 Timing covers one whole transcription (encoder, projector, prefill, every decode step), GPU-synchronised,
 after --warmup untimed runs; model load and feature extraction are reported on their own lines.
@@ -73,6 +73,8 @@ def main(argv) -> int:
     print("=" * 60)
     print("RESULTS")
     print("=" * 60)
+    print(f"Ran: {session.folder.rstrip('/')}, {session.path} path, precision {session.precision.name}, "
+          f"{session.device}")
     print(f"Time: {mean:.1f}ms (+/- {std:.1f}ms)")
     print(f"Tokens: {len(tokens)}")
     print(f"Speed: {mean / max(len(tokens), 1):.2f}ms/token")
@@ -91,9 +93,10 @@ def main(argv) -> int:
 
     if args.json:
         write_json(args.json, {
-            "folder": args.folder.rstrip("/"), "model": session.checkpoint.description, "dtype": args.dtype,
-            "device": session.device, "audio_seconds": round(session.audio_seconds, 3), "runs_ms": runs,
-            "mean_ms": mean, "std_ms": std, "tokens": len(tokens), "ms_per_token": mean / max(len(tokens), 1),
+            "folder": args.folder.rstrip("/"), "path": session.path, "model": session.checkpoint.description,
+            "precision": session.precision.name, "precision_description": session.precision.description,
+            "dtype": session.precision.dtype_name, "device": session.device,
+            "audio_seconds": round(session.audio_seconds, 3), "runs_ms": runs, "mean_ms": mean, "std_ms": std, "tokens": len(tokens), "ms_per_token": mean / max(len(tokens), 1),
             "token_ids": tokens, "transcription": text, "expected": expected, "wer": wer,
             "accuracy": None if wer is None else accuracy(wer), "status": status,
             "substituted_kernels": substituted,

@@ -10,7 +10,8 @@ import streamlit as st
 import torch
 
 from glm_asr_common.audio import SAMPLE_RATE, load_audio
-from glm_asr_common.checkpoint import DEFAULT_MODEL, DTYPES
+from glm_asr_common.checkpoint import DEFAULT_MODEL
+from glm_asr_common.precision import PRECISIONS
 from glm_asr_common.errors import UserError
 from glm_asr_common.frontend import decode, prepare_inputs
 from glm_asr_common.runtime import import_track, open_checkpoint, track_folders
@@ -25,9 +26,10 @@ LABELS = {
 
 
 @st.cache_resource(show_spinner="Loading the model (first time: download and kernel compilation)…")
-def load(folder: str, model: str, dtype_name: str, device: str):
-    checkpoint = open_checkpoint(model, DTYPES[dtype_name])
-    return checkpoint, import_track(folder).load_model(checkpoint.config, checkpoint.weights, device, DTYPES[dtype_name])
+def load(folder: str, model: str, precision: str, device: str):
+    checkpoint = open_checkpoint(model, PRECISIONS[precision].dtype)
+    track = import_track(folder, None, device)
+    return checkpoint, track.load_model(checkpoint.config, checkpoint.weights, device, precision)
 
 
 def main():
@@ -38,7 +40,7 @@ def main():
     with st.sidebar:
         folder = st.selectbox("Implementation", folders, index=default, format_func=lambda f: LABELS.get(f, f))
         model = st.text_input("Checkpoint (hub id or directory)", DEFAULT_MODEL)
-        dtype_name = st.radio("Precision", ["bfloat16", "float32"], horizontal=True)
+        precision = st.radio("Precision", list(PRECISIONS), horizontal=True)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         st.caption(f"Device: {device}" + ("" if device == "cuda" else " (Triton runs in its slow interpreter)"))
         max_new_tokens = st.slider("Max new tokens", 16, 512, 200)
@@ -51,7 +53,7 @@ def main():
         return
     try:
         audio = load_audio(io.BytesIO(source.getvalue()), name=getattr(source, "name", "the recording"))
-        checkpoint, asr = load(folder, model, dtype_name, device)
+        checkpoint, asr = load(folder, model, precision, device)
         inputs = prepare_inputs([audio], checkpoint.config, checkpoint.processor)
     except UserError as e:
         st.error(str(e))

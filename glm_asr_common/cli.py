@@ -13,10 +13,12 @@ import torch
 
 from . import teaching
 from .audio import SAMPLE_RATE, load_audio
-from .checkpoint import DEFAULT_MODEL, DTYPES
+from .checkpoint import DEFAULT_MODEL
 from .errors import UserError
 from .frontend import ASRInputs, prepare_inputs
-from .runtime import REPO_ROOT, Checkpoint, import_track, open_checkpoint, track_name
+from .precision import PRECISIONS, Precision, from_options
+from .runtime import (PATH_MODULES, REPO_ROOT, Checkpoint, import_track, open_checkpoint, path_summary, resolve_path,
+                      track_name)
 
 DEFAULT_AUDIO = REPO_ROOT / "test_audio.wav"
 DEFAULT_EXPECTED = REPO_ROOT / "test_audio.txt"
@@ -52,7 +54,14 @@ def add_common_args(parser: argparse.ArgumentParser, runs_default: int):
     parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id or local checkpoint directory")
     parser.add_argument("--random-weights", action="store_true",
                         help="full-size seeded random weights, no download (timing only)")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--precision", choices=list(PRECISIONS), default=None,
+                        help="bf16; tf32 (fp32 with TF32 tensor-core matmuls, the default); fp32 (IEEE fp32 "
+                             "throughout, comparable with transformers' fp32)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
+                        help="older spelling: float32 = --precision tf32, bfloat16 = --precision bf16")
+    parser.add_argument("--path", choices=list(PATH_MODULES), default=None,
+                        help="which implementation of the folder runs: fast (fused kernels), course (the "
+                             "course kernels only), cupy (plain CuPy); default: the folder's first")
     parser.add_argument("--device", choices=["cuda", "cpu"], default=None,
                         help="default: cuda when available, else cpu")
     parser.add_argument("--warmup", type=non_negative_int, default=1)
@@ -113,8 +122,10 @@ class Session:
     """A loaded track model, its checkpoint and one prepared input batch."""
 
     folder: str
+    path: str
+    path_summary: str
     device: str
-    dtype: torch.dtype
+    precision: Precision
     checkpoint: Checkpoint
     inputs: ASRInputs
     audio_seconds: float
@@ -122,10 +133,16 @@ class Session:
     load_seconds: float
     features_ms: float
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.precision.dtype
+
 
 def open_session(args, folder: str, log=print) -> Session:
     """Validate arguments, load audio, checkpoint, features and the folder's model, in that order."""
     track_name(folder)
+    path = resolve_path(folder, args.path)
+    precision = from_options(args.precision, args.dtype)
     if args.min_new_tokens > args.max_new_tokens:
         raise UserError(f"--min-new-tokens {args.min_new_tokens} exceeds --max-new-tokens {args.max_new_tokens}")
     check_json_path(args.json)
@@ -133,29 +150,27 @@ def open_session(args, folder: str, log=print) -> Session:
     name = folder.rstrip("/").split("/")[-1]
     teaching.allow_references(getattr(args, "allow_reference", None), folder_student_kernels(name), name)
     device = resolve_device(args.device)
-    if device == "cpu":
-        # No GPU: Triton kernels run in the interpreter; must be set before the track imports triton.
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    dtype = DTYPES[args.dtype]
 
     audio = load_audio(args.audio)
     log(f"Loaded audio from {args.audio}")
     log(f"Audio duration: {len(audio) / SAMPLE_RATE:.2f}s")
 
     start = time.perf_counter()
-    checkpoint = open_checkpoint(args.model, dtype, random_weights=args.random_weights,
+    checkpoint = open_checkpoint(args.model, precision.dtype, random_weights=args.random_weights,
                                  device=device if args.random_weights else "cpu")
-    track = import_track(folder)
-    model = track.load_model(checkpoint.config, checkpoint.weights, device, dtype)
+    track = import_track(folder, path, device)
+    model = track.load_model(checkpoint.config, checkpoint.weights, device, precision)
     if device == "cuda":
         torch.cuda.synchronize()
     load_seconds = time.perf_counter() - start
-    log(f"Model: {checkpoint.description} ({args.dtype}, {device}); load {load_seconds:.1f}s")
+    log(f"Model: {checkpoint.description} ({device}); load {load_seconds:.1f}s")
+    log(f"Path: {path} ({path_summary(track)})")
+    log(f"Precision: {precision}")
 
     start = time.perf_counter()
     inputs = prepare_inputs([audio], checkpoint.config, checkpoint.processor)
     features_ms = (time.perf_counter() - start) * 1000
     log(f"Feature extraction: {features_ms:.1f}ms ({inputs.input_features.shape[0]} window(s), "
         f"prompt {inputs.input_ids.shape[1]} tokens)")
-    return Session(folder, device, dtype, checkpoint, inputs, len(audio) / SAMPLE_RATE, model,
-                   load_seconds, features_ms)
+    return Session(folder, path, path_summary(track), device, precision, checkpoint, inputs,
+                   len(audio) / SAMPLE_RATE, model, load_seconds, features_ms)

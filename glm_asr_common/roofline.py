@@ -53,7 +53,8 @@ import torch
 
 from .config import ModelConfig
 
-ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Bytes per element, by dtype or by precision name (glm_asr_common/precision.py: bf16, tf32, fp32).
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "bf16": 2, "tf32": 4, "fp32": 4}
 
 # Operator classes, in report order. "copy" is host<->device transfers and memsets; "other" unknown.
 CLASSES = ("conv", "gemm", "attention", "norm", "rope", "pointwise", "embedding", "lm_head", "argmax", "copy", "other")
@@ -413,9 +414,12 @@ class Peaks:
     source: str = "measured"  # or "cached"
 
     def flops_for(self, dtype: str) -> float:
-        """Compute roof for the model's dtype: bf16 tensor cores, or TF32 for fp32 activations."""
-        if dtype in ("bfloat16", "float16"):
+        """Compute roof for a dtype or precision name: bf16 tensor cores; TF32 for fp32 activations
+        ("float32", "tf32"); IEEE fp32 on the CUDA cores for precision "fp32"."""
+        if dtype in ("bfloat16", "float16", "bf16"):
             return self.matmul["bfloat16"]
+        if dtype == "fp32":
+            return self.matmul["float32"]
         return self.matmul.get("tf32", self.matmul["float32"])
 
     def ridge(self, dtype: str) -> float:

@@ -1,6 +1,7 @@
 """Open a checkpoint (or random weights) and a track folder: what every entry point does first."""
 
 import importlib
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +31,53 @@ def track_name(folder: str) -> str:
     raise UserError(f"unknown folder {folder!r}; choose one of: {', '.join(track_folders())}")
 
 
-def import_track(folder: str):
-    """The folder's model module; it must define load_model(cfg, weights, device, dtype)."""
+# A track's paths through the model, each a module of the folder, the default first where present:
+# "fast" fused production kernels, "course" the course kernels (model.py: every track has it),
+# "cupy" plain CuPy array operations (the cuTile example's baseline).
+PATH_MODULES = {"fast": "fast_model", "course": "model", "cupy": "cupy_model"}
+
+
+def track_paths(folder: str) -> list[str]:
+    """The paths the folder implements, its default first."""
     name = track_name(folder)
+    return [path for path, module in PATH_MODULES.items() if (REPO_ROOT / name / f"{module}.py").is_file()]
+
+
+def resolve_path(folder: str, path: str | None) -> str:
+    """``path``, or the folder's default when None; a UserError naming the choices if it has no such path."""
+    paths = track_paths(folder)
+    if path is None:
+        return paths[0]
+    if path not in paths:
+        raise UserError(f"{track_name(folder)} has no {path} path; its paths: {', '.join(paths)}")
+    return path
+
+
+def use_device(device: str):
+    """Choose how kernels run before any track imports its kernel language: on a CPU, Triton's
+    interpreter and the cuTile emulator (both read their switch when first imported)."""
+    if device != "cpu":
+        return
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        raise UserError("this process already runs Triton kernels on the GPU; use another process for --device cpu")
+    os.environ["TRITON_INTERPRET"] = "1"
+    os.environ.setdefault("GLM_ASR_CUTILE", "emulate")
+
+
+def import_track(folder: str, path: str | None = None, device: str | None = None):
+    """The module of one path of the folder (default: its first); it defines
+    load_model(cfg, weights, device, precision). ``device`` "cpu" selects the CPU runtimes first."""
+    name = track_name(folder)
+    if device is not None:
+        use_device(device)
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
-    return importlib.import_module(f"{name}.model")
+    return importlib.import_module(f"{name}.{PATH_MODULES[resolve_path(name, path)]}")
+
+
+def path_summary(module) -> str:
+    """The first line of a path module's docstring: what that path is, for headers and reports."""
+    return (module.__doc__ or "").strip().splitlines()[0].rstrip(":.") if module.__doc__ else module.__name__
 
 
 @dataclass

@@ -54,7 +54,9 @@ def _display_path(path: str) -> str:
 
 
 class TodoKernel:
-    """Stands where a ``@triton.jit`` kernel will be: same name and docstring, launches raise."""
+    """Stands where a kernel will be (``@triton.jit`` or ``@ct.kernel``): same name and docstring,
+    launches raise. Triton launches go through ``kernel[grid](...)``; cuTile's launcher
+    (glm_asr_common.cutile_runtime.launch) calls ``resolve()``."""
 
     def __init__(self, fn, name: str, reference: str, guide: str):
         if fn.__name__ != name:
@@ -73,11 +75,16 @@ class TodoKernel:
             self._reference_kernel = getattr(importlib.import_module(self.reference), self.name)
         return self._reference_kernel
 
-    def __getitem__(self, grid):
+    def resolve(self):
+        """The kernel to launch in this one's place: the example's, when the kernel was allowed a
+        reference (the substitution is recorded); otherwise a ``KernelTodo``."""
         if "all" in ALLOWED_REFERENCES or self.name in ALLOWED_REFERENCES:
             SUBSTITUTED.add(self.name)
-            return self.reference_kernel()[grid]
+            return self.reference_kernel()
         raise KernelTodo(self.name, self.file, self.guide)
+
+    def __getitem__(self, grid):
+        return self.resolve()[grid]
 
 
 def student_kernel(name: str, *, reference: str, guide: str):
@@ -149,19 +156,24 @@ class SelfCheck:
     ``check`` catches ``KernelTodo``: a course kernel still to write reads TODO, and so does a
     kernel whose launcher needs one (its note says which). Call ``finish`` last: it exits 1 when a
     row failed (TODO rows do not fail).
+
+    ``interpret``: the kernels run on the CPU, through ``cpu_runner`` (the title's "CPU (...)"), even
+    when a GPU is present. ``decorator`` is the line a finished kernel carries, for the closing hint.
     """
 
     NAME, SHAPE = 30, 26
 
-    def __init__(self, title: str, interpret: bool):
+    def __init__(self, title: str, interpret: bool, *, cpu_runner: str = "Triton interpreter",
+                 decorator: str = "@triton.jit"):
         import torch
 
         self.on_gpu = torch.cuda.is_available() and not interpret
         self.device = "cuda" if self.on_gpu else "cpu"
         self.title = title
+        self.decorator = decorator
         self.counts = {"PASS": 0, "FAIL": 0, "TODO": 0}
         self.todo: dict[str, KernelTodo] = {}
-        where = f"GPU {torch.cuda.get_device_name()}" if self.on_gpu else "CPU (Triton interpreter)"
+        where = f"GPU {torch.cuda.get_device_name()}" if self.on_gpu else f"CPU ({cpu_runner})"
         print(f"{title} self-check on {where}")
         time_head = "time (median)" if self.on_gpu else "time (1 call)"
         print(f"{'kernel':{self.NAME}} {'result':6} {'max abs err':>11} {'max rel err':>11}  "
@@ -212,6 +224,7 @@ class SelfCheck:
         for todo in self.todo.values():
             print(f"  to write: {todo.kernel} in {todo.file} (guide: {todo.guide})")
         if self.todo:
-            print("Write a kernel's body, replace its @student_kernel(...) line with @triton.jit, run this again.")
+            print(f"Write a kernel's body, replace its @student_kernel(...) line with {self.decorator}, "
+                  "run this again.")
         if c["FAIL"]:
             raise SystemExit(1)

@@ -16,6 +16,7 @@ from torch import nn
 from glm_asr_common.config import DecoderConfig, EncoderConfig, ModelConfig
 from glm_asr_common.frontend import ASRInputs
 from glm_asr_common.generation import GreedyStopper
+from glm_asr_common.precision import Precision, get_precision, torch_matmul_precision
 from glm_asr_common.profiling import region
 
 
@@ -171,9 +172,9 @@ class TextDecoder(nn.Module):
 
 
 class GlmAsr(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, precision: Precision):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.precision = cfg, precision
         self.encoder = AudioEncoder(cfg.encoder)
         self.projector = Projector(cfg)
         self.decoder = TextDecoder(cfg.decoder)
@@ -184,7 +185,8 @@ class GlmAsr(nn.Module):
 
     @region("encoder")
     def encode_audio(self, features: torch.Tensor) -> torch.Tensor:
-        return self.encoder(features.to(self.device, self.decoder.embed_tokens.weight.dtype))
+        with torch_matmul_precision(self.precision):
+            return self.encoder(features.to(self.device, self.precision.dtype))
 
     def project_audio(self, encoded: torch.Tensor) -> torch.Tensor:
         windows, frames, _ = encoded.shape
@@ -204,10 +206,11 @@ class GlmAsr(nn.Module):
 
     def prefill_logits(self, inputs: ASRInputs) -> torch.Tensor:
         """Logits at every prompt position (B, T, vocab): what the parity tests compare."""
-        x = self.embed_prompt(inputs)
-        self.decoder.reset_cache(x.shape[0], x.shape[1])
-        pad = torch.from_numpy(inputs.pad_lengths).to(self.device)
-        return self.decoder.lm_head(self.decoder(x, 0, pad))
+        with torch_matmul_precision(self.precision):
+            x = self.embed_prompt(inputs)
+            self.decoder.reset_cache(x.shape[0], x.shape[1])
+            pad = torch.from_numpy(inputs.pad_lengths).to(self.device)
+            return self.decoder.lm_head(self.decoder(x, 0, pad))
 
     def _next_ids(self, hidden, ban_eos: bool):
         with region("decoder.head"):
@@ -217,30 +220,38 @@ class GlmAsr(nn.Module):
             return logits.argmax(-1)
 
     @torch.inference_mode()
-    def generate(self, inputs: ASRInputs, max_new_tokens: int, min_new_tokens: int = 0) -> list[list[int]]:
+    def generate(self, inputs: ASRInputs, max_new_tokens: int, min_new_tokens: int = 0,
+                 on_token=None) -> list[list[int]]:
+        """Greedy ids per row; on_token(new ids, one per row) after every step."""
         stop = GreedyStopper(inputs.batch_size, self.cfg.eos_token_ids, max_new_tokens, min_new_tokens)
-        x = self.embed_prompt(inputs)
-        batch, prompt_len = x.shape[:2]
-        self.decoder.reset_cache(batch, prompt_len + max_new_tokens)
-        pad = torch.from_numpy(inputs.pad_lengths).to(self.device)
-        with region("decoder.prefill"):
-            next_ids = self._next_ids(self.decoder(x, 0, pad)[:, -1], stop.ban_eos())
-        while not stop.add(next_ids.tolist()):
-            with region("decoder.step"):
-                with region("decoder.embed"):
-                    x = self.decoder.embed_tokens(next_ids)[:, None]
-                hidden = self.decoder(x, prompt_len + stop.steps_taken - 1, pad)
-                next_ids = self._next_ids(hidden[:, -1], stop.ban_eos())
-        return stop.tokens
+        with torch_matmul_precision(self.precision):
+            x = self.embed_prompt(inputs)
+            batch, prompt_len = x.shape[:2]
+            self.decoder.reset_cache(batch, prompt_len + max_new_tokens)
+            pad = torch.from_numpy(inputs.pad_lengths).to(self.device)
+            with region("decoder.prefill"):
+                next_ids = self._next_ids(self.decoder(x, 0, pad)[:, -1], stop.ban_eos())
+            while True:
+                new_ids = next_ids.tolist()
+                if on_token is not None:
+                    on_token(new_ids)
+                if stop.add(new_ids):
+                    return stop.tokens
+                with region("decoder.step"):
+                    with region("decoder.embed"):
+                        x = self.decoder.embed_tokens(next_ids)[:, None]
+                    hidden = self.decoder(x, prompt_len + stop.steps_taken - 1, pad)
+                    next_ids = self._next_ids(hidden[:, -1], stop.ban_eos())
 
 
-def load_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], device: str, dtype: torch.dtype) -> GlmAsr:
+def load_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], device: str, precision: Precision | str) -> GlmAsr:
     from .weight_loader import state_dict_for
 
+    precision = get_precision(precision)
     with torch.device("meta"):
-        model = GlmAsr(cfg)
+        model = GlmAsr(cfg, precision)
     model.load_state_dict(state_dict_for(weights), assign=True, strict=True)
-    model = model.to(device=device, dtype=dtype)
+    model = model.to(device=device, dtype=precision.dtype)
     for module in (model.encoder, model.decoder):
         module.cos, module.sin = module.cos.to(device), module.sin.to(device)
     return model.eval()

@@ -1,15 +1,21 @@
 # Generated from glm_asr_triton_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
-"""Three gaps of Triton 3.6's CPU interpreter (TRITON_INTERPRET=1), closed for this package's kernels.
+"""Three gaps of Triton 3.6's CPU interpreter (TRITON_INTERPRET=1), closed for this package's kernels,
+and the launch helpers every kernel file shares.
 
 1. The interpreter truncates fp32 -> bf16 casts, where the GPU (and torch) round to nearest even.
    ``round_to`` is the cast to use wherever a kernel's bf16 rounding must match torch; on a GPU it
    compiles to the plain cast.
 2. The interpreter's ``tl.dot`` multiplies bf16 operands as their raw 16-bit integer patterns.
    ``dot`` widens them to fp32 first (exact: a bf16 x bf16 product fits fp32), under the
-   interpreter only; on a GPU it is ``tl.dot`` on the tensor cores.
+   interpreter only; on a GPU it is ``tl.dot`` on the tensor cores at the precision asked for.
 3. With NumPy >= 2.4 the interpreter cannot turn a run-time scalar into a Python int, so every loop
    with a run-time bound (``range(0, n, BLOCK)``) fails (triton-lang/triton#9171, fixed after 3.6).
    Importing this module under the interpreter patches that conversion.
+
+Importing it under the interpreter also makes calls of @triton.jit helpers (``round_to``, ``dot``)
+from inside a kernel cheap: the interpreter re-patches all of triton.language (inspect.getmembers over
+three modules) on every such call, although the launch that runs the kernel has already patched it.
+That was half the CPU time of an interpreted transcription.
 """
 
 import functools
@@ -20,15 +26,6 @@ import triton.language as tl
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 _INTERPRET = tl.constexpr(INTERPRET)
-
-# How fp32 operands meet the tensor cores in every tl.dot of this package: "tf32" (10-bit mantissa,
-# fastest), "tf32x3" (three tf32 products, about fp32 accuracy) or "ieee" (no tensor cores). bf16
-# operands ignore it. Set GLM_ASR_FP32_PRECISION to compare; the interpreter always computes in fp32.
-FP32_PRECISION = os.environ.get("GLM_ASR_FP32_PRECISION", "tf32")
-if FP32_PRECISION not in ("tf32", "tf32x3", "ieee"):
-    raise ValueError(f"GLM_ASR_FP32_PRECISION must be tf32, tf32x3 or ieee, not {FP32_PRECISION!r}")
-_FP32_PRECISION = tl.constexpr("ieee" if INTERPRET else FP32_PRECISION)
-
 
 @triton.jit
 def round_to(x, dtype: tl.constexpr):
@@ -43,12 +40,14 @@ def round_to(x, dtype: tl.constexpr):
 
 
 @triton.jit
-def dot(a, b, acc):
-    """acc + a @ b accumulated in fp32 (acc None: from zero); fp32 operands at FP32_PRECISION."""
+def dot(a, b, acc, INPUT_PRECISION: tl.constexpr):
+    """acc + a @ b accumulated in fp32 (acc None: from zero). fp32 operands meet the tensor cores as
+    INPUT_PRECISION says ("tf32", or "ieee": no TF32, see glm_asr_common/precision.py); bf16 ones as
+    they are. The interpreter multiplies in fp32 whatever is asked."""
     if _INTERPRET and a.dtype == tl.bfloat16:
         a = a.to(tl.float32)
         b = b.to(tl.float32)
-    return tl.dot(a, b, acc, input_precision=_FP32_PRECISION)
+    return tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
 
 
 def _patch_scalar_index():
@@ -67,8 +66,29 @@ def _patch_scalar_index():
     interpreter._patch_lang_tensor = patched
 
 
+def _skip_repatching_in_helper_calls():
+    from triton.runtime import interpreter
+
+    patch_and_call = interpreter.InterpretedFunction.__call__
+
+    def call(self, *args, **kwargs):
+        # A helper whose only view of the language is `tl` (this package's) runs inside a launch,
+        # which has patched `tl` for its duration; Triton's own helpers (tl.zeros, tl.sum, ...) also
+        # reach into triton.language.core, which only their own call patches.
+        if any(value is tl.core for value in self.fn.__globals__.values()):
+            return patch_and_call(self, *args, **kwargs)
+        fn = self.rewrite()
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise interpreter.InterpreterError(repr(e)) from e
+
+    interpreter.InterpretedFunction.__call__ = call
+
+
 if INTERPRET:
     _patch_scalar_index()
+    _skip_repatching_in_helper_calls()
 
 
 # Programmatic dependent launch (Hopper and later): a kernel launched with launch_pdl=True may start
@@ -105,3 +125,31 @@ def release_consumer(PDL: tl.constexpr):
     """Let the next kernel launch once every program of this one has reached here (a hint)."""
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch helpers shared by the kernel files
+# ---------------------------------------------------------------------------------------------
+
+# The largest block a Triton kernel may hold (elements of one tensor): tiles are sized below it.
+MAX_BLOCK_NUMEL = 1 << 20
+
+
+def as_rows(t):
+    """``t`` as a (rows, width) view whose rows are contiguous; a strided 2-D row view stays as is."""
+    if t.dim() == 2 and t.stride(1) == 1:
+        return t
+    return t.view(-1, t.shape[-1])
+
+
+def warps_for_row(block: int) -> int:
+    """About eight elements (one 16-byte bf16 vector) per thread; one warp for short rows, 16 at most."""
+    return max(1, min(16, block // 256))
+
+
+def rows_per_program(n_rows: int, block: int) -> int:
+    """Rows one program of a row-wise kernel takes. A GPU gets one (thousands of programs fill it);
+    the interpreter pays per program, so it takes as many rows as fit one block of Triton's largest size."""
+    if not INTERPRET:
+        return 1
+    return max(1, min(triton.next_power_of_2(n_rows), MAX_BLOCK_NUMEL // block))

@@ -1,29 +1,15 @@
 # Generated from glm_asr_triton_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
-"""Rotary position embeddings (RoPE) for GLM-ASR, in Triton.
+"""The course's RoPE kernel for GLM-ASR, in Triton: the cos / sin tables of the rotary embeddings.
 
-Both halves of the model rotate with the "rotate_half" convention of HF transformers: for each head,
-the first ``rotary_dim`` channels are split into two halves x1 = x[d], x2 = x[d + rotary_dim/2] and
+    compute_freqs_kernel / rope_tables   cos[p, i] = cos(p * inv_freq[i]), sin likewise,
+                                         inv_freq[i] = 1 / theta^(2i / rotary_dim)
 
-    out1 = x1 * cos - x2 * sin          out2 = x2 * cos + x1 * sin
+Run once per table when the model loads: the encoder's (1500 positions x 16, rotary_dim 32: the first
+half of each 64-wide head, "partial rotary") and the decoder's (max positions x 64, the whole 128-wide
+head). The rotation that reads them is provided glue (glue.py: rope_kernel for the encoder,
+rope_qkv_to_cache_kernel for the decoder).
 
-with angle = position * inv_freq[d], inv_freq[d] = 1 / theta^(2d / rotary_dim). Channels from
-``rotary_dim`` on pass through unchanged. The audio encoder rotates the first half of each 64-wide
-head (rotary_dim 32, "partial rotary"); the text decoder rotates the whole 128-wide head.
-
-Four kernels, each next to its launcher:
-
-* ``compute_freqs_kernel`` / ``rope_tables``: the cos and sin tables, once per model.
-* ``rope_kernel`` / ``apply_rope``: rotate a strided (B, T, H, D) view in place (the encoder's q and
-  k heads inside its fused QKV projection output).
-* ``rope_qkv_to_cache_kernel`` / ``rope_qkv_into_cache``: the decoder's fused step, reading the fused
-  QKV output once and writing rotated q, rotated k and raw v where attention wants them.
-* ``qkv_rope_gemv_kernel`` / ``project_qkv_into_cache``: for one new token, the whole of it in one
-  launch: RMSNorm, the q|k|v GEMV, the rotation and the cache write.
-
-Numerics follow transformers: tables in fp32, then cast to the activation dtype, and in bf16 every
-product and the sum are rounded to bf16, exactly where torch rounds them. The rotation kernels are
-compiled with ``enable_fp_fusion=False``: otherwise the compiler contracts "round(x1*c) - round(x2*s)"
-into one fused multiply-add (bf16 FMA on Hopper) and skips a rounding that torch performs.
+Self-check: python glm_asr_triton_template/rope.py  (without a GPU: the Triton interpreter)
 """
 
 
@@ -38,63 +24,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from glm_asr_common.teaching import student_kernel  # noqa: E402
 
-from ._triton_compat import INTERPRET, pdl_options, release_consumer, round_to, wait_for_producer  # noqa: E402
-from .layers import gemv_rows, linear, one_row_gemv_config  # noqa: E402
-
-@triton.jit
-def _rotate(x1, x2, cos, sin):
-    """The two rotated halves, rounded at the same points as HF's ``q*cos + rotate_half(q)*sin``."""
-    dtype = x1.dtype
-    # transformers casts the fp32 tables to the activation dtype before multiplying.
-    c = round_to(cos, dtype).to(tl.float32)
-    s = round_to(sin, dtype).to(tl.float32)
-    a = x1.to(tl.float32)
-    b = x2.to(tl.float32)
-    # Each product is its own tensor op in torch, so it is rounded to the dtype before the add
-    # (rotate_half negates x2 first; negation is exact, so x1*c + (-x2)*s == x1*c - x2*s).
-    ac = round_to(a * c, dtype).to(tl.float32)
-    bs = round_to(b * s, dtype).to(tl.float32)
-    bc = round_to(b * c, dtype).to(tl.float32)
-    as_ = round_to(a * s, dtype).to(tl.float32)
-    return round_to(ac - bs, dtype), round_to(bc + as_, dtype)
-
-
-@triton.jit
-def _rope_heads(src_rows, dst_rows, row_mask, cos, sin,
-                HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, HEAD_DIM: tl.constexpr,
-                BLOCK_PASS: tl.constexpr, COPY_PASS: tl.constexpr, IN_PLACE: tl.constexpr):
-    """Rotate a (tokens, heads) tile of head rows from ``src_rows`` into ``dst_rows``.
-
-    src_rows / dst_rows are (BLOCK_T, BLOCK_H, 1) pointers to the start of each head row, row_mask
-    says which exist; cos / sin are the tokens' (BLOCK_T, 1, BLOCK_HALF) fp32 table rows. With
-    COPY_PASS the channels past rotary_dim are copied too (needed when dst is another buffer).
-    """
-    d = tl.arange(0, BLOCK_HALF)[None, None, :]
-    mask = row_mask & (d < HALF)
-    x1 = tl.load(src_rows + d, mask=mask)
-    x2 = tl.load(src_rows + HALF + d, mask=mask)
-    if IN_PLACE:
-        # A tile smaller than the program's threads is held by several threads at once; without this
-        # barrier one of them could store its result before another has loaded the original.
-        tl.debug_barrier()
-    out1, out2 = _rotate(x1, x2, cos, sin)
-    tl.store(dst_rows + d, out1, mask=mask)
-    tl.store(dst_rows + HALF + d, out2, mask=mask)
-    if COPY_PASS:
-        p = 2 * HALF + tl.arange(0, BLOCK_PASS)[None, None, :]
-        pass_mask = row_mask & (p < HEAD_DIM)
-        tl.store(dst_rows + p, tl.load(src_rows + p, mask=pass_mask), mask=pass_mask)
-
-
-def _tokens_per_program(T: int) -> int:
-    """One token per program on a GPU (plenty of programs); the interpreter pays per program, so
-    it takes every token at once."""
-    return triton.next_power_of_2(T) if INTERPRET else 1
-
-
-# --------------------------------------------------------------------------------------------------
-# cos / sin tables
-# --------------------------------------------------------------------------------------------------
+from ._triton_compat import INTERPRET  # noqa: E402
 
 
 @student_kernel("compute_freqs_kernel", reference="glm_asr_triton_example.rope", guide="GUIDE.md#compute_freqs_kernel")
@@ -120,7 +50,7 @@ def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tu
     half = rotary_dim // 2
     cos = torch.empty((max_positions, half), dtype=torch.float32, device=device)
     sin = torch.empty_like(cos)
-    block_p = 32
+    block_p = 1024 if INTERPRET else 32  # the interpreter pays per program: few, large ones
     compute_freqs_kernel[(triton.cdiv(max_positions, block_p),)](
         cos, sin, max_positions, float(theta), cos.stride(0),
         ROTARY_DIM=rotary_dim, BLOCK_HALF=triton.next_power_of_2(half), BLOCK_P=block_p,
@@ -129,313 +59,25 @@ def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tu
 
 
 # --------------------------------------------------------------------------------------------------
-# In-place rotation of a strided (B, T, H, D) view
-# --------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, n_heads, T,
-                stride_xb, stride_xt, stride_xh, stride_pb, stride_pt, stride_table,
-                HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
-                PDL: tl.constexpr):
-    # BLOCK_T tokens per program: each token's table row is loaded once and serves all of its heads.
-    release_consumer(PDL)
-    wait_for_producer(PDL)
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
-    b = tl.program_id(1)
-    h = tl.arange(0, BLOCK_H)[None, :, None]
-    d = tl.arange(0, BLOCK_HALF)[None, None, :]
-    token_mask = t < T
-    pos = tl.load(pos_ptr + b * stride_pb + t * stride_pt, mask=token_mask, other=0)
-    cos = tl.load(cos_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
-    sin = tl.load(sin_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
-    rows = x_ptr + b * stride_xb + t * stride_xt + h * stride_xh
-    _rope_heads(rows, rows, token_mask & (h < n_heads), cos, sin,
-                HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=2 * HALF,
-                BLOCK_PASS=1, COPY_PASS=False, IN_PLACE=True)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
-               rotary_dim: int) -> torch.Tensor:
-    """Rotate x (B, T, H, D) in place and return it.
-
-    x may be any view whose last dim is contiguous, e.g. the q and k heads of a fused QKV output
-    ``qkv[..., :2*H*D].view(B, T, 2*H, D)`` (q and k rotated by one launch). positions: integer
-    (B, T) for row-dependent positions, or (T,) shared by every row. Channels >= rotary_dim untouched.
-    """
-    assert x.dim() == 4 and x.stride(-1) == 1, "x must be (B, T, H, D) with a contiguous last dim"
-    B, T, H, D = x.shape
-    half = rotary_dim // 2
-    assert rotary_dim % 2 == 0 and rotary_dim <= D and cos.shape[1] == half and sin.stride() == cos.stride()
-    if positions.dim() == 1:
-        stride_pb, stride_pt = 0, positions.stride(0)
-    else:
-        stride_pb, stride_pt = positions.stride()
-    block_h = triton.next_power_of_2(H)
-    block_t = _tokens_per_program(T)
-    rope_kernel[(triton.cdiv(T, block_t), B)](
-        x, cos, sin, positions, H, T,
-        x.stride(0), x.stride(1), x.stride(2), stride_pb, stride_pt, cos.stride(0),
-        HALF=half, BLOCK_HALF=triton.next_power_of_2(half), BLOCK_H=block_h, BLOCK_T=block_t,
-        num_warps=4 if block_h * rotary_dim >= 2048 else 2, enable_fp_fusion=False, **pdl_options(x.device),
-    )
-    return x
-
-
-# --------------------------------------------------------------------------------------------------
-# Decoder: fused QKV output -> rotated q, rotated k and v written into the KV cache
-# --------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def rope_qkv_to_cache_kernel(qkv_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr,
-                             cache_pos_ptr, kv_start_ptr, n_q_heads, n_kv_heads, cache_len_max, T,
-                             stride_qkv_b, stride_qkv_t,
-                             stride_qo_b, stride_qo_t, stride_qo_h,
-                             stride_kc_b, stride_kc_h, stride_kc_t,
-                             stride_vc_b, stride_vc_h, stride_vc_t, stride_table,
-                             HEAD_DIM: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
-                             BLOCK_PASS: tl.constexpr, COPY_PASS: tl.constexpr,
-                             BLOCK_HQ: tl.constexpr, BLOCK_HKV: tl.constexpr, BLOCK_D: tl.constexpr,
-                             BLOCK_T: tl.constexpr, PDL: tl.constexpr):
-    release_consumer(PDL)
-    wait_for_producer(PDL)
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
-    b = tl.program_id(1)
-    token_mask = t < T
-    # cache_pos lives on the device so a captured CUDA graph can be replayed at every decode step.
-    slot = tl.load(cache_pos_ptr) + t
-    # transformers numbers the real tokens of a left-padded row from 0; pad tokens (negative) are
-    # clamped to 0, their keys are masked out anyway.
-    pos = tl.maximum(slot - tl.load(kv_start_ptr + b), 0)
-    d = tl.arange(0, BLOCK_HALF)[None, None, :]
-    cos = tl.load(cos_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
-    sin = tl.load(sin_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
-
-    row = qkv_ptr + b * stride_qkv_b + t * stride_qkv_t
-    # q heads: rows 0 .. Hq-1 of the fused output, rotated into q_out.
-    hq = tl.arange(0, BLOCK_HQ)[None, :, None]
-    _rope_heads(row + hq * HEAD_DIM, q_out_ptr + b * stride_qo_b + t * stride_qo_t + hq * stride_qo_h,
-                token_mask & (hq < n_q_heads), cos, sin, HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=HEAD_DIM,
-                BLOCK_PASS=BLOCK_PASS, COPY_PASS=COPY_PASS, IN_PLACE=False)
-    # A slot past the cache end would write out of bounds: drop it (the caller sized the cache).
-    in_cache = token_mask & (slot < cache_len_max)
-    # k heads: the next Hkv rows, rotated into the cache at this slot.
-    hk = tl.arange(0, BLOCK_HKV)[None, :, None]
-    _rope_heads(row + (n_q_heads + hk) * HEAD_DIM,
-                k_cache_ptr + b * stride_kc_b + slot * stride_kc_t + hk * stride_kc_h,
-                in_cache & (hk < n_kv_heads), cos, sin, HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=HEAD_DIM,
-                BLOCK_PASS=BLOCK_PASS, COPY_PASS=COPY_PASS, IN_PLACE=False)
-    # v heads: the last Hkv rows, copied unrotated.
-    e = tl.arange(0, BLOCK_D)[None, None, :]
-    v_mask = (hk < n_kv_heads) & (e < HEAD_DIM) & in_cache
-    v = tl.load(row + (n_q_heads + n_kv_heads + hk) * HEAD_DIM + e, mask=v_mask)
-    tl.store(v_cache_ptr + b * stride_vc_b + hk * stride_vc_h + slot * stride_vc_t + e, v, mask=v_mask)
-
-
-def rope_qkv_into_cache(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int,
-                        cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int,
-                        q_out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                        cache_pos: torch.Tensor, kv_start: torch.Tensor) -> None:
-    """Split the fused projection qkv (B, T, (Hq + 2*Hkv) * D) [q heads, k heads, v heads].
-
-    Writes rotated q to q_out (B, T, Hq, D) and rotated k / raw v to k_cache / v_cache
-    (B, Hkv, Tmax, D) at slot cache_pos + t. cache_pos: int32 device tensor (1,). kv_start: int32 (B,)
-    left-padding count per row; token t of row b is rotated by position cache_pos + t - kv_start[b].
-    Nothing is read back to the host, so the launch can be captured in a CUDA graph.
-    """
-    B, T, width = qkv.shape
-    assert width == (num_q_heads + 2 * num_kv_heads) * head_dim and qkv.stride(2) == 1
-    assert q_out.shape == (B, T, num_q_heads, head_dim) and q_out.stride(3) == 1
-    assert k_cache.shape[:2] == (B, num_kv_heads) and k_cache.shape[3] == head_dim and k_cache.stride(3) == 1
-    assert v_cache.shape == k_cache.shape and v_cache.stride(3) == 1
-    assert cache_pos.dtype == torch.int32 and kv_start.dtype == torch.int32 and kv_start.shape == (B,)
-    half = rotary_dim // 2
-    assert rotary_dim % 2 == 0 and rotary_dim <= head_dim and cos.shape[1] == half and sin.stride() == cos.stride()
-    block_t = _tokens_per_program(T)
-    rope_qkv_to_cache_kernel[(triton.cdiv(T, block_t), B)](
-        qkv, q_out, k_cache, v_cache, cos, sin, cache_pos, kv_start,
-        num_q_heads, num_kv_heads, k_cache.shape[2], T,
-        qkv.stride(0), qkv.stride(1),
-        q_out.stride(0), q_out.stride(1), q_out.stride(2),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), cos.stride(0),
-        HEAD_DIM=head_dim, HALF=half, BLOCK_HALF=triton.next_power_of_2(half),
-        BLOCK_PASS=triton.next_power_of_2(max(head_dim - rotary_dim, 1)), COPY_PASS=rotary_dim < head_dim,
-        BLOCK_HQ=triton.next_power_of_2(num_q_heads), BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
-        BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_T=block_t, num_warps=4, enable_fp_fusion=False,
-        **pdl_options(qkv.device),
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# Decoder, one new token: the q|k|v GEMV with RMSNorm in its prologue and RoPE + cache write in its
-# epilogue (one launch instead of RMSNorm, GEMV and rope_qkv_to_cache)
-# --------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def qkv_rope_gemv_kernel(x_ptr, w_ptr, norm_weight_ptr, eps, cos_ptr, sin_ptr, cache_pos_ptr, kv_start_ptr,
-                         q_out_ptr, k_cache_ptr, v_cache_ptr, K, stride_wn, stride_table,
-                         stride_kc_h, stride_kc_t, stride_vc_h, stride_vc_t, cache_len_max,
-                         N_Q_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                         BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
-    """BLOCK_P rotation pairs (d, d + HEAD_DIM/2) of one head: their 2 * BLOCK_P weight rows go
-    through the GEMV together, so the epilogue holds both halves of every pair it rotates.
-
-    Grid: ((N_Q_HEADS + 2 * N_KV_HEADS) * HEAD_DIM / 2 / BLOCK_P,). Heads are q, then k, then v (the
-    fused weight's row order); q goes to q_out (Hq, D), k and v to the cache slot cache_pos[0].
-    """
-    release_consumer(PDL)
-    HALF: tl.constexpr = HEAD_DIM // 2
-    pid = tl.program_id(0)
-    head = pid // (HALF // BLOCK_P)
-    first_pair = (pid % (HALF // BLOCK_P)) * BLOCK_P
-    d = first_pair + tl.arange(0, BLOCK_P)
-    # Rows [x1 rows | x2 rows]: pair i sits at i and BLOCK_P + i.
-    r = tl.arange(0, 2 * BLOCK_P)
-    rows = head * HEAD_DIM + first_pair + r % BLOCK_P + (r // BLOCK_P) * HALF
-    dtype = q_out_ptr.dtype.element_ty
-    total = gemv_rows(x_ptr, w_ptr, norm_weight_ptr, rows, rows >= 0, 0, K, K, stride_wn, eps,
-                      "rmsnorm", PDL, BLOCK_K, dtype)
-    # The Linear's output is rounded to the activation dtype before RoPE sees it, as in transformers.
-    x1, x2 = tl.split(tl.permute(tl.reshape(round_to(total, dtype), (2, BLOCK_P)), (1, 0)))
-    slot = tl.load(cache_pos_ptr)
-    if head < N_Q_HEADS + N_KV_HEADS:
-        pos = tl.maximum(slot - tl.load(kv_start_ptr), 0)
-        cos = tl.load(cos_ptr + pos * stride_table + d)
-        sin = tl.load(sin_ptr + pos * stride_table + d)
-        out1, out2 = _rotate(x1, x2, cos, sin)
-        if head < N_Q_HEADS:
-            dst = q_out_ptr + head * HEAD_DIM + d
-            tl.store(dst, out1)
-            tl.store(dst + HALF, out2)
-        elif slot < cache_len_max:
-            dst = k_cache_ptr + (head - N_Q_HEADS) * stride_kc_h + slot * stride_kc_t + d
-            tl.store(dst, out1)
-            tl.store(dst + HALF, out2)
-    elif slot < cache_len_max:
-        dst = v_cache_ptr + (head - N_Q_HEADS - N_KV_HEADS) * stride_vc_h + slot * stride_vc_t + d
-        tl.store(dst, x1)
-        tl.store(dst + HALF, x2)
-
-
-def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                           num_q_heads: int, num_kv_heads: int, head_dim: int,
-                           cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int,
-                           q_out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           cache_pos: torch.Tensor, kv_start: torch.Tensor) -> None:
-    """The decoder layer's attention inputs: h = rmsnorm(x); q|k|v = h @ qkv_weight^T; rotated q into
-    q_out (B, T, Hq, D), rotated k and raw v into the caches at slot cache_pos + t.
-
-    x: (B*T, H) rows. One token of one row with the whole head rotated (decode at batch 1) is one
-    launch, qkv_rope_gemv_kernel; otherwise the RMSNorm-prologue linear() and rope_qkv_into_cache.
-    """
-    B, T = q_out.shape[:2]
-    if B * T != 1 or rotary_dim != head_dim:
-        qkv = linear(x, qkv_weight, rms_norm=(norm_weight, eps)).view(B, T, -1)
-        rope_qkv_into_cache(qkv, num_q_heads, num_kv_heads, head_dim, cos, sin, rotary_dim, q_out, k_cache,
-                            v_cache, cache_pos, kv_start)
-        return
-    K = x.shape[-1]
-    half = head_dim // 2
-    assert qkv_weight.shape == ((num_q_heads + 2 * num_kv_heads) * head_dim, K) and qkv_weight.stride(1) == 1
-    assert x.is_contiguous() and q_out.is_contiguous() and k_cache.stride(3) == v_cache.stride(3) == 1
-    assert cos.shape[1] == half and sin.stride() == cos.stride() and head_dim == triton.next_power_of_2(head_dim)
-    # The one-row GEMV's tile from the linear table (its BLOCK_N rows as BLOCK_N / 2 pairs, at most a
-    # head's worth); the whole K in one program, so no split.
-    tile = one_row_gemv_config(qkv_weight.shape[0], K, x.dtype, x.device)
-    block_p = min(tile["BLOCK_N"] // 2, half)
-    launch = {key: tile[key] for key in ("num_warps", "num_stages") if key in tile}
-    qkv_rope_gemv_kernel[((num_q_heads + 2 * num_kv_heads) * half // block_p,)](
-        x, qkv_weight, norm_weight, eps, cos, sin, cache_pos, kv_start, q_out, k_cache, v_cache,
-        K, qkv_weight.stride(0), cos.stride(0),
-        k_cache.stride(1), k_cache.stride(2), v_cache.stride(1), v_cache.stride(2), k_cache.shape[2],
-        N_Q_HEADS=num_q_heads, N_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_P=block_p, BLOCK_K=tile["BLOCK_K"],
-        enable_fp_fusion=False, **pdl_options(x.device), **launch,
-    )
-
-
-# --------------------------------------------------------------------------------------------------
 # Self-check: python glm_asr_triton_template/rope.py  (without a GPU: the Triton interpreter)
 # --------------------------------------------------------------------------------------------------
-
-
-def _torch_tables(positions, rotary_dim, theta):
-    """transformers' GlmAsrRotaryEmbedding, reduced to the half-width tables (inv_freq built on the CPU)."""
-    inv_freq = (1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim))).to(positions.device)
-    freqs = positions.float()[:, None] * inv_freq[None, :]
-    return freqs.cos(), freqs.sin()
-
-
-def _torch_rope(x, cos, sin, rotary_dim):
-    """transformers' apply_rotary_pos_emb on (B, T, H, D); cos/sin (B, T, rotary_dim/2) fp32."""
-    cos = torch.cat([cos, cos], -1).to(x.dtype)[:, :, None, :]
-    sin = torch.cat([sin, sin], -1).to(x.dtype)[:, :, None, :]
-    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
-    x1, x2 = rot[..., : rotary_dim // 2], rot[..., rotary_dim // 2:]
-    return torch.cat([rot * cos + torch.cat([-x2, x1], -1) * sin, rest], -1)
 
 
 def _self_check():
     from glm_asr_common.teaching import SelfCheck
 
+    from .glue import torch_rope_tables
+
     check = SelfCheck("rope.py", INTERPRET)
     on_gpu, dev = check.on_gpu, check.device
-    torch.manual_seed(0)
-
     # Real sizes on a GPU (decoder tables to 8192, encoder 1500 frames), small ones in the interpreter.
-    P, T, B = (8192, 1500, 1) if on_gpu else (64, 24, 2)
-    check.check("compute_freqs_kernel", lambda: torch.cat(rope_tables(P, 128, 10000.0, dev)),
-                lambda: torch.cat(_torch_tables(torch.arange(P, device=dev), 128, 10000.0)),
-                f"({P}, 64) x2 fp32", 2e-6)
-
-    # The rotations read tables built by torch, so they are checked whatever compute_freqs_kernel does.
-    ecos, esin = _torch_tables(torch.arange(T, device=dev), 32, 10000.0)
-    qkv = torch.randn(B, T, 3 * 20 * 64, device=dev, dtype=torch.bfloat16)
-    qk = qkv[..., : 2 * 20 * 64].view(B, T, 40, 64)
-    pos = torch.arange(T, device=dev)
-    ref = _torch_rope(qk, ecos[None].expand(B, -1, -1), esin[None].expand(B, -1, -1), 32)
-    check.check("rope_kernel[encoder q+k]", lambda: apply_rope(qk.clone(), ecos, esin, pos, 32), lambda: ref,
-                f"{tuple(qk.shape)} bf16", 1e-2)
-
-    Hq, Hkv, D, Tmax = 16, 4, 128, (1024 if on_gpu else 32)
-    Tp = 400 if on_gpu else 12
-    cos, sin = _torch_tables(torch.arange(Tmax, device=dev), 128, 10000.0)
-    qkv = torch.randn(B, Tp, (Hq + 2 * Hkv) * D, device=dev, dtype=torch.bfloat16)
-    q_out = torch.empty(B, Tp, Hq, D, device=dev, dtype=torch.bfloat16)
-    k_cache = torch.zeros(B, Hkv, Tmax, D, device=dev, dtype=torch.bfloat16)
-    v_cache = torch.zeros_like(k_cache)
-    cache_pos = torch.zeros(1, dtype=torch.int32, device=dev)
-    kv_start = torch.zeros(B, dtype=torch.int32, device=dev)
-
-    def launch():
-        rope_qkv_into_cache(qkv, Hq, Hkv, D, cos, sin, 128, q_out, k_cache, v_cache, cache_pos, kv_start)
-        return q_out
-
-    c, s = cos[:Tp], sin[:Tp]
-    ref_q = _torch_rope(qkv[..., : Hq * D].view(B, Tp, Hq, D), c[None].expand(B, -1, -1), s[None].expand(B, -1, -1), 128)
-    check.check("rope_qkv_to_cache_kernel", launch, lambda: ref_q, f"{tuple(qkv.shape)} bf16", 1e-2)
-
-    # Decode at batch 1: RMSNorm, q|k|v GEMV, RoPE and the cache write in one launch (timed as a graph).
-    H, eps, slot = (2048 if on_gpu else 96), 1e-5, 7
-    x = torch.randn(1, H, device=dev, dtype=torch.bfloat16) * 3
-    norm_weight = torch.randn(H, device=dev, dtype=torch.bfloat16)
-    weight = (torch.randn((Hq + 2 * Hkv) * D, H, device=dev) * H ** -0.5).to(torch.bfloat16)
-    q1 = torch.empty(1, 1, Hq, D, device=dev, dtype=torch.bfloat16)
-    k1, v1 = (torch.zeros(1, Hkv, Tmax, D, device=dev, dtype=torch.bfloat16) for _ in range(2))
-    pos1 = torch.tensor([slot], dtype=torch.int32, device=dev)
-    start1 = torch.zeros(1, dtype=torch.int32, device=dev)
-
-    def fused():
-        project_qkv_into_cache(x, weight, norm_weight, eps, Hq, Hkv, D, cos, sin, 128, q1, k1, v1, pos1, start1)
-        return q1
-
-    normed = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(torch.bfloat16)
-    q_lin = ((norm_weight * normed).float() @ weight[: Hq * D].float().T).to(torch.bfloat16).view(1, 1, Hq, D)
-    check.check("qkv_rope_gemv_kernel", fused,
-                lambda: _torch_rope(q_lin, cos[slot:slot + 1][None], sin[slot:slot + 1][None], 128),
-                f"1x{H}->{(Hq + 2 * Hkv) * D} bf16", 1e-2, graph=on_gpu)
+    P_dec, P_enc = (8192, 1500) if on_gpu else (64, 24)
+    check.check("compute_freqs_kernel", lambda: torch.cat(rope_tables(P_dec, 128, 10000.0, dev)),
+                lambda: torch.cat(torch_rope_tables(torch.arange(P_dec, device=dev), 128, 10000.0)),
+                f"({P_dec}, 64) x2 fp32", 2e-6)
+    check.check("compute_freqs_kernel[encoder]", lambda: torch.cat(rope_tables(P_enc, 32, 10000.0, dev)),
+                lambda: torch.cat(torch_rope_tables(torch.arange(P_enc, device=dev), 32, 10000.0)),
+                f"({P_enc}, 16) x2 fp32", 2e-6)
     check.finish()
 
 

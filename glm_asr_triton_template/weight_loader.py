@@ -4,8 +4,8 @@
 Two fusions are made here so the forward pass launches fewer, larger GEMMs:
   * q, k, v projections of a layer → one (q + k + v, hidden) matrix (the encoder's k_proj has no bias,
     so its slice of the fused bias is zero: adding 0.0 changes nothing);
-  * the decoder MLP's gate and up projections → one (2 · intermediate, hidden) matrix, rows [gate; up],
-    the layout ``layers.swiglu_linear`` expects.
+  * the decoder MLP's gate and up projections → one (2 · intermediate, hidden) matrix, rows [gate; up]:
+    the fast path's gated GEMM reads it whole, the course path its two halves (free row views).
 """
 
 from dataclasses import dataclass

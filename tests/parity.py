@@ -4,6 +4,7 @@ import numpy as np
 import torch
 
 from glm_asr_common.frontend import ASRInputs, prepare_inputs
+from glm_asr_common.precision import get_precision
 from glm_asr_common.runtime import import_track, open_checkpoint
 
 _HF_CACHE = {}
@@ -18,9 +19,12 @@ def hf_model(model_dir, dtype=torch.float32):
     return _HF_CACHE[key]
 
 
-def track_model(folder, model_dir, dtype=torch.float32):
-    ckpt = open_checkpoint(str(model_dir), dtype)
-    return import_track(folder).load_model(ckpt.config, ckpt.weights, "cpu", dtype), ckpt
+def track_model(track, model_dir, precision="fp32"):
+    """(model, checkpoint) of a "folder:path" track (or a bare folder: its default path) on the CPU."""
+    folder, _, path = track.partition(":")
+    precision = get_precision(precision)
+    ckpt = open_checkpoint(str(model_dir), precision.dtype)
+    return import_track(folder, path or None, "cpu").load_model(ckpt.config, ckpt.weights, "cpu", precision), ckpt
 
 
 def inputs_for(ckpt, audios) -> ASRInputs:

@@ -84,7 +84,7 @@ def test_report_sections_json_and_csv(scratch_run):
                     "unexplained remainder", "COMPARISON: glm_asr_scratch vs transformers"]:
         assert section in r.out, section
     data = r.data
-    assert set(data) >= {"folder", "model", "dtype", "device", "device_name", "prompt_len", "tokens", "decode_steps",
+    assert set(data) >= {"folder", "model", "precision", "device", "device_name", "prompt_len", "tokens", "decode_steps",
                          "end_to_end", "components", "component_totals", "decode_step", "layers", "operators",
                          "operator_classes", "peaks", "others", "comparison"}
     assert data["folder"] == "glm_asr_scratch" and data["device"] == "cpu"
@@ -560,7 +560,7 @@ def test_report_of_a_graphed_run_on_the_real_trace(h200_trace, real_cfg, capsys)
     inputs = SimpleNamespace(input_features=torch.zeros(1, 128, 3000), input_ids=torch.zeros(1, 59), batch_size=1)
     session = SimpleNamespace(device="cuda", inputs=inputs, audio_seconds=3.5,
                               checkpoint=SimpleNamespace(config=real_cfg, processor=None, description="random"))
-    args = SimpleNamespace(dtype="bfloat16", runs=2, warmup=1)
+    args = SimpleNamespace(precision="bf16", runs=2, warmup=1)
     rep = benchmark_detailed.build_report(session, args, measured, FAKE_H200, "glm_asr_triton_example")
     rows = {r["key"]: r for r in rep["components"]}
     assert rows["encoder"]["in_graph"] and rows["encoder"]["wall_ms"] == 0 and rows["encoder"]["kernel_ms"] > 3
@@ -667,10 +667,16 @@ def test_micro_benchmarks_scale_with_the_config(tiny_ckpt, tmp_path, cache_env):
     assert "MICRO-BENCHMARKS" in buf.getvalue() and "floor us" in buf.getvalue()
 
 
-def test_micro_benchmark_calls_the_triton_launchers():
-    """The Triton example's public launchers at reduced shapes (the interpreter is slow): same results as torch."""
-    launchers = benchmark_detailed.folder_launchers("glm_asr_triton_example")
-    assert set(launchers) == {"flash_attention", "decode_attention", "linear", "swiglu_linear"}
+@pytest.mark.parametrize("path, launcher_names", [
+    ("fast", {"flash_attention", "decode_attention", "linear", "swiglu_linear"}),
+    ("course", {"encoder_attention", "decoder_attention", "linear_tf32"}),
+])
+def test_micro_benchmark_calls_the_triton_launchers(path, launcher_names):
+    """The Triton example's launchers of one path at reduced shapes (the interpreter is slow): the same
+    results as torch."""
+    launchers = {name: f for name, f in benchmark_detailed.folder_launchers("glm_asr_triton_example").items()
+                 if name in launcher_names}
+    assert set(launchers) == launcher_names
     tiny = {"audio_config": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                                  max_position_embeddings=32),
             "text_config": dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -678,12 +684,15 @@ def test_micro_benchmark_calls_the_triton_launchers():
                                 eos_token_id=[0]),
             "audio_token_id": 5}
     cfg = ModelConfig.from_dict(tiny)
-    args = SimpleNamespace(dtype="float32", max_new_tokens=4)
+    args = SimpleNamespace(precision="fp32", max_new_tokens=4)
+    timed = 0
     for make in (benchmark_detailed.attention_cases, benchmark_detailed.linear_cases):
         for name, shape, op, torch_fn, builders, to_torch in make(cfg, 8, args, "cpu", torch.float32):
-            launcher = next(n for n in builders if n in launchers)
-            out = to_torch(builders[launcher](launchers[launcher])())
-            assert benchmark_detailed.max_rel_error(out, torch_fn()) < 1e-4, name
+            for launcher in (n for n in builders if n in launchers):
+                out = to_torch(builders[launcher](launchers[launcher])())
+                assert benchmark_detailed.max_rel_error(out, torch_fn()) < 1e-4, (name, launcher)
+                timed += 1
+    assert timed >= 3
 
 
 def test_nsys_missing_is_one_line_exit_2(monkeypatch, capsys):

@@ -18,7 +18,7 @@ def start(tiny_ckpt):
     app.run()
     app.sidebar.selectbox[0].set_value("glm_asr_scratch")
     app.sidebar.text_input[0].set_value(str(tiny_ckpt))
-    app.sidebar.radio[0].set_value("float32")
+    app.sidebar.radio[0].set_value("fp32")
     app.sidebar.slider[0].set_value(16)
     return app.run()
 

@@ -1,9 +1,13 @@
-"""Triton RoPE, conv stem and attention kernels against plain torch.
+"""Triton RoPE, conv stem and attention kernels against plain torch: the course path's attention
+(attention.py, with glue.mask_scores), the fast path's flash attention and decoding (fast_attention.py,
+fast_rope.py), and the glue both share (RoPE rotation, cache writes, the conv stem).
 
 References: transformers' rotate_half / apply_rotary_pos_emb and rotary tables re-written in torch,
 torch.nn.functional.conv1d + gelu, and softmax attention with masks in float64. Without a GPU the
-kernels run in Triton's interpreter, hence the small shapes. Every output buffer is filled with NaN
-before the launch, so an element the kernel forgets to write fails the test.
+kernels run in Triton's interpreter, hence the small shapes; head sizes include ones that are not a
+power of two (24, 40, 80, 96: padded and masked inside the kernels). Every output buffer is filled
+with NaN before the launch, so an element the kernel forgets to write fails the test. fp32 runs as
+IEEE fp32 ("ieee"), so the 1e-5 tolerance holds on a GPU too.
 """
 
 import os
@@ -15,12 +19,16 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
-from glm_asr_triton_example.attention import attention_reference_path, decode_attention, flash_attention  # noqa: E402
-from glm_asr_triton_example.conv import conv1d_gelu  # noqa: E402
-from glm_asr_triton_example.rope import apply_rope, project_qkv_into_cache, rope_qkv_into_cache, rope_tables  # noqa: E402
+from glm_asr_triton_example.attention import decoder_attention, encoder_attention  # noqa: E402
+from glm_asr_triton_example.conv import conv1d  # noqa: E402
+from glm_asr_triton_example.fast_attention import decode_attention, flash_attention  # noqa: E402
+from glm_asr_triton_example.fast_rope import project_qkv_into_cache  # noqa: E402
+from glm_asr_triton_example.glue import apply_rope, rope_qkv_into_cache  # noqa: E402
+from glm_asr_triton_example.rope import rope_tables  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
+IEEE = "ieee"
 # max |got - ref| / max |ref|: fp32 must match to 1e-5; bf16 allows a few bf16 ulps of the largest value.
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 
@@ -72,7 +80,7 @@ def half_tables(positions_max, rotary_dim, theta):
 
 
 # --------------------------------------------------------------------------------------------------
-# rope.py
+# RoPE: the course tables (rope.py), the rotation and cache writes (glue.py, fast_rope.py)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -189,7 +197,8 @@ def test_project_qkv_into_cache(dtype, B, T, n_q, n_kv, head_dim, rotary_dim):
     v_cache = nan_like((B, n_kv, Tmax, head_dim), dtype)
     cos, sin = half_tables(64, rotary_dim, 10000.0)
     project_qkv_into_cache(x, weight, norm_weight, eps, n_q, n_kv, head_dim, cos, sin, rotary_dim, q_out, k_cache,
-                           v_cache, torch.tensor([cache_pos], dtype=torch.int32, device=DEV), kv_start)
+                           v_cache, torch.tensor([cache_pos], dtype=torch.int32, device=DEV), kv_start,
+                           precision=IEEE)
 
     normed = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
     qkv = ((norm_weight * normed).double() @ weight.double().T).to(dtype).view(B, T, -1)
@@ -219,7 +228,8 @@ def test_project_qkv_into_cache(dtype, B, T, n_q, n_kv, head_dim, rotary_dim):
     (16, 32, 17, 1, False), (24, 48, 33, 2, True), (8, 16, 1, 1, False), (16, 16, 2, 2, True),
     (40, 136, 75, 2, False), (72, 40, 150, 1, True),
 ])
-def test_conv1d_gelu(dtype, c_in, c_out, t_in, stride, time_major):
+@pytest.mark.parametrize("gelu", [True, False])
+def test_conv1d(dtype, c_in, c_out, t_in, stride, time_major, gelu):
     B = 2
     if time_major:
         # The second conv reads the first one's (B, T, C) output through a transposed view.
@@ -230,15 +240,16 @@ def test_conv1d_gelu(dtype, c_in, c_out, t_in, stride, time_major):
     b = (0.5 * torch.randn(c_out, device=DEV)).to(dtype)
     t_out = (t_in + 2 - 3) // stride + 1
     out = nan_like((B, t_out, c_out), dtype)
-    got = conv1d_gelu(x, w, b, stride, out=out)
-    ref = torch.nn.functional.gelu(torch.nn.functional.conv1d(x.double(), w.double(), b.double(),
-                                                              stride=stride, padding=1)).transpose(1, 2)
+    got = conv1d(x, w, b, stride, gelu=gelu, precision=IEEE, out=out)
+    ref = torch.nn.functional.conv1d(x.double(), w.double(), b.double(), stride=stride, padding=1).transpose(1, 2)
+    if gelu:
+        ref = torch.nn.functional.gelu(ref)
     assert got is out and got.shape == (B, t_out, c_out)
     assert rel_err(got, ref) < TOL[dtype]
 
 
 # --------------------------------------------------------------------------------------------------
-# attention.py
+# Attention: the course path (attention.py) and the fast path (fast_attention.py)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -259,18 +270,52 @@ def ref_attention(q, k, v, scale, causal=False, kv_start=None):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("B,H,Tq,Tk,D,causal", [
-    (2, 3, 17, 17, 16, False), (2, 3, 33, 33, 64, True), (1, 2, 1, 1, 16, False),
-    (1, 2, 75, 75, 64, True), (2, 2, 17, 70, 32, False),
-])
-def test_attention_reference_path(dtype, B, H, Tq, Tk, D, causal):
-    q = torch.randn(B, H, Tq, D, device=DEV).to(dtype)
-    k = torch.randn(B, H, Tk, D, device=DEV).to(dtype)
-    v = torch.randn(B, H, Tk, D, device=DEV).to(dtype)
-    scale = D ** -0.5
-    got = attention_reference_path(q, k, v, scale, causal=causal)
-    assert got.shape == (B, H, Tq, D) and got.dtype == dtype
-    assert rel_err(got, ref_attention(q, k, v, scale, causal)) < TOL[dtype]
+@pytest.mark.parametrize("W,H,T,D", [(1, 2, 1, 16), (2, 3, 17, 64), (1, 2, 75, 24), (1, 1, 70, 40), (1, 2, 33, 80),
+                                     (1, 1, 20, 96)])
+def test_course_encoder_attention(dtype, W, H, T, D):
+    """The course path's encoder attention: q, k, v views into one fused (W, T, 3*H*D) output, the
+    result written token-major through a permuted view of the o_proj input buffer."""
+    qkv = torch.randn(W, T, 3, H, D, device=DEV).to(dtype)
+    q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
+    out = nan_like((W, T, H, D), dtype)
+    encoder_attention(q, k, v, D ** -0.5, out.transpose(1, 2), precision=IEEE)
+    assert rel_err(out.transpose(1, 2), ref_attention(q, k, v, D ** -0.5)) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T,Hq,Hkv,D,kv_start", [(1, 2, 2, 16, [0, 0]), (17, 4, 2, 16, [0, 5]), (33, 8, 2, 24, [3, 0]),
+                                                 (20, 4, 1, 80, [0, 9])])
+def test_course_decoder_attention_prefill(dtype, T, Hq, Hkv, D, kv_start):
+    """Prefill through the three course kernels: causal, GQA by a zero head stride, left padding
+    masked by glue.mask_scores (a padding query sees only itself, so nothing is NaN)."""
+    B, Tmax = 2, T + 9
+    q = torch.randn(B, Hq, T, D, device=DEV).to(dtype)
+    k_cache, v_cache = (torch.randn(B, Hkv, Tmax, D, device=DEV).to(dtype) for _ in range(2))
+    starts = torch.tensor(kv_start, dtype=torch.int32, device=DEV)
+    counters = torch.tensor([0, T], dtype=torch.int32, device=DEV)
+    got = decoder_attention(q, k_cache, v_cache, D ** -0.5, causal=True, n_keys=T, kv_start=starts,
+                            cache_pos=counters[:1], valid_len=counters[1:], precision=IEEE)
+    ref = ref_attention(q, k_cache[:, :, :T], v_cache[:, :, :T], D ** -0.5, causal=True, kv_start=starts)
+    assert torch.isfinite(got).all()
+    for b, start in enumerate(kv_start):  # real queries: transformers' attention; padding queries: themselves
+        assert rel_err(got[b, :, start:], ref[b, :, start:]) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("Hq,Hkv,D", [(2, 2, 16), (4, 2, 64), (8, 2, 40)])
+@pytest.mark.parametrize("valid", [1, 17, 40])
+def test_course_decoder_attention_decode(dtype, Hq, Hkv, D, valid):
+    """One decode token scored against every slot of a 48-slot cache: slots at or past the live length
+    (holding stale values) and the left padding are masked on the device."""
+    B, Tmax = 2, 48
+    kv_start = torch.tensor([0, min(3, valid - 1)], dtype=torch.int32, device=DEV)
+    q = torch.randn(B, Hq, 1, D, device=DEV).to(dtype)
+    k_cache, v_cache = (torch.randn(B, Hkv, Tmax, D, device=DEV).to(dtype) for _ in range(2))
+    counters = torch.tensor([valid - 1, valid], dtype=torch.int32, device=DEV)
+    got = decoder_attention(q, k_cache, v_cache, D ** -0.5, causal=False, n_keys=Tmax, kv_start=kv_start,
+                            cache_pos=counters[:1], valid_len=counters[1:], precision=IEEE)
+    ref = ref_attention(q, k_cache[:, :, :valid], v_cache[:, :, :valid], D ** -0.5, kv_start=kv_start)
+    assert rel_err(got, ref) < TOL[dtype]
 
 
 def _check_flash(got, ref, dtype, out):
@@ -280,14 +325,15 @@ def _check_flash(got, ref, dtype, out):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("B,T,H,D", [(2, 1, 2, 16), (2, 17, 3, 64), (1, 75, 2, 64), (1, 33, 2, 16)])
+@pytest.mark.parametrize("B,T,H,D", [(2, 1, 2, 16), (2, 17, 3, 64), (1, 75, 2, 64), (1, 33, 2, 16), (1, 40, 2, 24),
+                                     (1, 17, 1, 80), (1, 9, 2, 96)])
 def test_flash_attention_encoder(dtype, B, T, H, D):
     """Non-causal self-attention on q, k, v views into one fused (B, T, 3*H*D) output."""
     qkv = torch.randn(B, T, 3, H, D, device=DEV).to(dtype)
     q, k, v = qkv.unbind(2)
     scale = D ** -0.5
     out = nan_like((B, T, H, D), dtype)
-    got = flash_attention(q, k, v, scale, causal=False, out=out)
+    got = flash_attention(q, k, v, scale, causal=False, precision=IEEE, out=out)
     ref = ref_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale).transpose(1, 2)
     _check_flash(got, ref, dtype, out)
 
@@ -305,7 +351,7 @@ def test_flash_attention_cross_lengths(dtype, Tq, Tk, Hq, Hkv, D, kv_start):
     starts = None if kv_start is None else torch.tensor(kv_start, dtype=torch.int32, device=DEV)
     scale = D ** -0.5
     out = nan_like((B, Tq, Hq, D), dtype)
-    got = flash_attention(q, k, v, scale, causal=False, kv_start=starts, out=out)
+    got = flash_attention(q, k, v, scale, causal=False, precision=IEEE, kv_start=starts, out=out)
     ref = ref_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, kv_start=starts).transpose(1, 2)
     _check_flash(got, ref, dtype, out)
 
@@ -317,6 +363,7 @@ PREFILL_CASES = [
     (33, 8, 2, 64, [3, 0]),
     (75, 4, 1, 64, [0, 40]),
     (40, 4, 4, 128, [0, 9]),
+    (17, 4, 2, 40, [0, 3]),
 ]
 
 
@@ -334,7 +381,8 @@ def test_flash_attention_prefill_from_cache(dtype, T, Hq, Hkv, D, kv_start):
     starts = torch.tensor(kv_start, dtype=torch.int32, device=DEV)
     scale = D ** -0.5
     out = nan_like((B, T, Hq, D), dtype)
-    got = flash_attention(q, k_cache, v_cache, scale, causal=True, kv_start=starts, out=out, kv_layout="bhtd")
+    got = flash_attention(q, k_cache, v_cache, scale, causal=True, precision=IEEE, kv_start=starts, out=out,
+                          kv_layout="bhtd")
     ref = ref_attention(q.transpose(1, 2), k_cache[:, :, :T], v_cache[:, :, :T], scale, causal=True,
                         kv_start=starts).transpose(1, 2)
     _check_flash(got, ref, dtype, out)
@@ -353,14 +401,14 @@ def test_flash_attention_long_causal(dtype):
     starts = torch.tensor([0, 70], dtype=torch.int32, device=DEV)
     scale = D ** -0.5
     out = nan_like((B, T, Hq, D), dtype)
-    got = flash_attention(q, k, v, scale, causal=True, kv_start=starts, out=out)
+    got = flash_attention(q, k, v, scale, causal=True, precision=IEEE, kv_start=starts, out=out)
     ref = ref_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, causal=True,
                         kv_start=starts).transpose(1, 2)
     _check_flash(got, ref, dtype, out)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("Hq,Hkv,D", [(2, 2, 16), (4, 2, 64), (8, 2, 16)])
+@pytest.mark.parametrize("Hq,Hkv,D", [(2, 2, 16), (4, 2, 64), (8, 2, 16), (4, 1, 24)])
 @pytest.mark.parametrize("cache_len", [1, 17, 40])
 @pytest.mark.parametrize("split_size", [16, 64])
 def test_decode_attention(dtype, Hq, Hkv, D, cache_len, split_size):
@@ -378,7 +426,7 @@ def test_decode_attention(dtype, Hq, Hkv, D, cache_len, split_size):
         cache[1, :, : kv_start[1]] = float("nan")
     out = nan_like((B, 1, Hq, D), dtype)
     got = decode_attention(q, k_cache, v_cache, torch.tensor([cache_len], dtype=torch.int32, device=DEV),
-                           kv_start, scale, out=out, split_size=split_size)
+                           kv_start, scale, out=out, precision=IEEE, split_size=split_size)
     assert got is out and torch.isfinite(got).all()
     assert rel_err(got, ref) < TOL[dtype]
 
@@ -400,7 +448,7 @@ def test_decode_step_cuda_graph_replay():
 
     def step():
         rope_qkv_into_cache(qkv, Hq, Hkv, D, cos, sin, D, q_out, k_cache, v_cache, cache_pos, kv_start)
-        decode_attention(q_out, k_cache, v_cache, cache_len, kv_start, D ** -0.5, out=out)
+        decode_attention(q_out, k_cache, v_cache, cache_len, kv_start, D ** -0.5, out=out, precision=IEEE)
 
     qkv.normal_()
     step()  # compile outside the capture

@@ -1,4 +1,6 @@
-"""glm_asr_triton_example.layers against plain torch, one op per test.
+"""The Triton example's layer kernels against plain torch, one op per test: the course kernels
+(layers.py), the fast path's linear and head (fast_linear.py, fast_head.py) and the glue they share
+(glue.py).
 
 Without a GPU the kernels run in the Triton interpreter (set before triton is imported), so shapes
 stay small; they still cover one-row launches, odd widths, ragged tiles and split K. Tolerances are
@@ -15,12 +17,13 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from glm_asr_triton_example import layers  # noqa: E402
+from glm_asr_triton_example import fast_head, fast_linear, glue, layers  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() and not layers.INTERPRET else "cpu"
 BF16, FP32 = torch.bfloat16, torch.float32
 ELEMENTWISE_TOL = {FP32: 1e-5, BF16: 1e-2}
-GEMM_TOL = {FP32: 3e-3, BF16: 1e-2}  # fp32 inputs go through tf32 by default
+GEMM_TOL = {FP32: 3e-3, BF16: 1e-2}  # fp32 inputs go through tf32 (TF32 below)
+TF32 = "tf32"
 
 
 @pytest.fixture
@@ -145,7 +148,7 @@ def test_linear(gen, dtype, M, N, K, with_bias, activation, with_residual):
     b = rand(gen, N, dtype=dtype) if with_bias else None
     r = rand(gen, M, N, dtype=dtype) if with_residual else None
     out = nan_like((M, N), dtype)
-    y = layers.linear(x, w, b, activation=activation, residual=r, out=out)
+    y = fast_linear.linear(x, w, b, activation=activation, residual=r, out=out, input_precision=TF32)
     assert y is out
     assert_close(out, linear_reference(x, w, b, activation, r), GEMM_TOL[dtype])
 
@@ -154,7 +157,7 @@ def test_linear(gen, dtype, M, N, K, with_bias, activation, with_residual):
 def test_linear_strided_rows_no_out(gen, M):
     hidden, w = rand(gen, M, 3, 96), rand(gen, 40, 96, scale=0.1)
     x = hidden[:, 1]  # row stride 3 * 96, unit column stride
-    assert_close(layers.linear(x, w), linear_reference(x, w, None, None, None), GEMM_TOL[FP32])
+    assert_close(fast_linear.linear(x, w, input_precision=TF32), linear_reference(x, w, None, None, None), GEMM_TOL[FP32])
 
 
 @pytest.mark.parametrize("dtype", [FP32, BF16])
@@ -164,26 +167,26 @@ def test_linear_residual_in_place(gen, dtype, M):
     h, w, b = rand(gen, M, 80, dtype=dtype), rand(gen, 96, 80, dtype=dtype, scale=0.1), rand(gen, 96, dtype=dtype)
     x = rand(gen, M, 96, dtype=dtype)
     ref = linear_reference(h, w, b, None, x)
-    assert layers.linear(h, w, b, residual=x, out=x) is x
+    assert fast_linear.linear(h, w, b, residual=x, out=x, input_precision=TF32) is x
     assert_close(x, ref, GEMM_TOL[dtype])
 
 
 @pytest.mark.parametrize("M", [1, 5, 40])
 def test_linear_ieee_is_fp32_exact(gen, M):
     x, w = rand(gen, M, 300), rand(gen, 70, 300)
-    assert_close(layers.linear(x, w, input_precision="ieee"), x.double() @ w.double().T, 1e-5)
+    assert_close(fast_linear.linear(x, w, input_precision="ieee"), x.double() @ w.double().T, 1e-5)
 
 
 @pytest.fixture
 def force_split_k(monkeypatch):
     """Make every linear launch split K three ways, whatever the table would pick."""
-    original = layers._linear_config
+    original = fast_linear._linear_config
 
     def split_three(*args):
         kind, cfg = original(*args)
         return kind, dict(cfg, SPLIT_K=3)
 
-    monkeypatch.setattr(layers, "_linear_config", split_three)
+    monkeypatch.setattr(fast_linear, "_linear_config", split_three)
 
 
 @pytest.mark.parametrize("dtype", [FP32, BF16])
@@ -193,7 +196,7 @@ def test_linear_split_k(gen, force_split_k, dtype, M):
     x, w = rand(gen, M, K, dtype=dtype), rand(gen, 33, K, dtype=dtype, scale=K**-0.5)
     b, r = rand(gen, 33, dtype=dtype), rand(gen, M, 33, dtype=dtype)
     out = nan_like((M, 33), dtype)
-    layers.linear(x, w, b, activation="gelu", residual=r, out=out)
+    fast_linear.linear(x, w, b, activation="gelu", residual=r, out=out, input_precision=TF32)
     assert_close(out, linear_reference(x, w, b, "gelu", r), GEMM_TOL[dtype])
 
 
@@ -203,7 +206,7 @@ def test_linear_split_k(gen, force_split_k, dtype, M):
 def test_swiglu_linear(gen, dtype, M, N, K):
     x, gate_up = rand(gen, M, K, dtype=dtype), rand(gen, 2 * N, K, dtype=dtype, scale=K**-0.5)
     out = nan_like((M, N), dtype)
-    assert layers.swiglu_linear(x, gate_up, out=out) is out
+    assert fast_linear.swiglu_linear(x, gate_up, out=out, input_precision=TF32) is out
     gate, up = x.double() @ gate_up[:N].double().T, x.double() @ gate_up[N:].double().T
     assert_close(out, torch.nn.functional.silu(gate) * up, GEMM_TOL[dtype])
 
@@ -215,7 +218,7 @@ def test_swiglu_matches_hf_bf16(gen, M):
     x, gate_up = rand(gen, M, K, dtype=BF16), rand(gen, 2 * N, K, dtype=BF16, scale=K**-0.5)
     gate = (x.float() @ gate_up[:N].float().T).to(BF16)
     up = (x.float() @ gate_up[N:].float().T).to(BF16)
-    bf16_matches(layers.swiglu_linear(x, gate_up), torch.nn.functional.silu(gate) * up)
+    bf16_matches(fast_linear.swiglu_linear(x, gate_up, input_precision=TF32), torch.nn.functional.silu(gate) * up)
 
 
 @pytest.mark.parametrize("M", [1, 17])
@@ -223,7 +226,7 @@ def test_swiglu_split_k(gen, force_split_k, M):
     N, K = 40, 2100
     x, gate_up = rand(gen, M, K), rand(gen, 2 * N, K, scale=K**-0.5)
     gate, up = x.double() @ gate_up[:N].double().T, x.double() @ gate_up[N:].double().T
-    assert_close(layers.swiglu_linear(x, gate_up), torch.nn.functional.silu(gate) * up, GEMM_TOL[FP32])
+    assert_close(fast_linear.swiglu_linear(x, gate_up, input_precision=TF32), torch.nn.functional.silu(gate) * up, GEMM_TOL[FP32])
 
 
 def hf_rmsnorm(x, weight, eps):
@@ -249,7 +252,7 @@ def test_linear_rms_norm_prologue(gen, dtype, M, N, K):
     x, w = rand(gen, M, K, dtype=dtype, scale=3.0), rand(gen, N, K, dtype=dtype, scale=K**-0.5)
     norm_weight = rand(gen, K, dtype=dtype)
     out = nan_like((M, N), dtype)
-    assert layers.linear(x, w, rms_norm=(norm_weight, 1e-5), out=out) is out
+    assert fast_linear.linear(x, w, rms_norm=(norm_weight, 1e-5), out=out, input_precision=TF32) is out
     assert_close(out, linear_reference(hf_rmsnorm(x, norm_weight, 1e-5), w, None, None, None), GEMM_TOL[dtype])
 
 
@@ -258,7 +261,7 @@ def test_gemv_rms_norm_prologue_matches_rmsnorm_kernel_bf16(gen):
     K = 2048
     x, norm_weight = rand(gen, 1, K, dtype=BF16, scale=3.0), rand(gen, K, dtype=BF16)
     eye = torch.eye(K, dtype=BF16, device=DEVICE)[:300]  # picks the normalised values themselves
-    fused = layers.linear(x, eye, rms_norm=(norm_weight, 1e-6))
+    fused = fast_linear.linear(x, eye, rms_norm=(norm_weight, 1e-6), input_precision=TF32)
     assert torch.equal(fused, layers.rmsnorm(x, norm_weight, 1e-6)[:, :300])
 
 
@@ -269,7 +272,7 @@ def test_llama_mlp(gen, dtype, M, H, N):
     x, norm_weight = rand(gen, M, H, dtype=dtype, scale=2.0), rand(gen, H, dtype=dtype)
     gate_up, down = rand(gen, 2 * N, H, dtype=dtype, scale=H**-0.5), rand(gen, H, N, dtype=dtype, scale=N**-0.5)
     ref = hf_llama_mlp(x, norm_weight, 1e-5, gate_up, down)
-    assert layers.llama_mlp(x, norm_weight, 1e-5, gate_up, down) is x
+    assert fast_linear.llama_mlp(x, norm_weight, 1e-5, gate_up, down, input_precision=TF32) is x
     if dtype == BF16:
         bf16_matches(x, ref)
     else:
@@ -282,7 +285,7 @@ def test_llama_mlp_split_k(gen, force_split_k, M):
     x, norm_weight = rand(gen, M, H), rand(gen, H)
     gate_up, down = rand(gen, 2 * N, H, scale=H**-0.5), rand(gen, H, N, scale=N**-0.5)
     ref = hf_llama_mlp(x, norm_weight, 1e-5, gate_up, down)
-    assert_close(layers.llama_mlp(x, norm_weight, 1e-5, gate_up, down), ref, GEMM_TOL[FP32])
+    assert_close(fast_linear.llama_mlp(x, norm_weight, 1e-5, gate_up, down, input_precision=TF32), ref, GEMM_TOL[FP32])
 
 
 @pytest.mark.parametrize("M, config", [
@@ -295,7 +298,7 @@ def test_linear_explicit_config(gen, M, config):
     K, N = 300, 40
     x, w = rand(gen, M, K, dtype=BF16, scale=2.0), rand(gen, N, K, dtype=BF16, scale=K**-0.5)
     norm_weight, r = rand(gen, K, dtype=BF16), rand(gen, M, N, dtype=BF16)
-    out = layers._launch_linear(x, w, None, r, None, False, False, "tf32", prologue="rmsnorm",
+    out = fast_linear._launch_linear(x, w, None, r, None, False, False, "tf32", prologue="rmsnorm",
                                 norm_weight=norm_weight, eps=1e-5, config=config)
     ref = linear_reference(hf_rmsnorm(x, norm_weight, 1e-5), w, None, None, r)
     assert_close(out, ref, GEMM_TOL[BF16])
@@ -312,7 +315,7 @@ def test_tma_linear(gen, dtype, persistent, epilogue):
     r = rand(gen, M, N, dtype=dtype) if epilogue == "residual" else None
     config = ("tma", dict(BLOCK_M=32, BLOCK_N=16, BLOCK_K=64, GROUP_M=2, SPLIT_K=1, PERSISTENT=persistent))
     out = nan_like((M, N), dtype)
-    layers._launch_linear(x, w, b, r, out, epilogue == "gelu", False, "ieee", config=config)
+    fast_linear._launch_linear(x, w, b, r, out, epilogue == "gelu", False, "ieee", config=config)
     assert_close(out, linear_reference(x, w, b, "gelu" if epilogue == "gelu" else None, r), GEMM_TOL[dtype])
 
 
@@ -320,35 +323,35 @@ def test_tma_linear(gen, dtype, persistent, epilogue):
 def test_gpu_table_sends_only_plain_tiles_to_tma(monkeypatch, dtype):
     """The GPU table (read here without a GPU): the encoder's GEMMs take the TMA kernel, and a gated or
     split-K launch, which tma_linear_kernel does not take, never does."""
-    monkeypatch.setattr(layers, "INTERPRET", False)
+    monkeypatch.setattr(fast_linear, "INTERPRET", False)
     sms = 132
     for N, K in ((3840, 1280), (1280, 1280), (5120, 1280), (1280, 5120)):  # encoder q|k|v, o, fc1, fc2
-        kind, cfg = layers._linear_config(1500, N, K, dtype, False, sms)
+        kind, cfg = fast_linear._linear_config(1500, N, K, dtype, False, sms)
         assert kind == "tma" and cfg["SPLIT_K"] == 1 and cfg["BLOCK_K"] * dtype.itemsize == 128
-    kind, cfg = layers._linear_config(1500, 6144, 2048, dtype, True, sms)  # a long prompt's gate|up
+    kind, cfg = fast_linear._linear_config(1500, 6144, 2048, dtype, True, sms)  # a long prompt's gate|up
     assert kind == "gemm"
-    kind, cfg = layers._linear_config(100, 2048, 6144, dtype, False, sms)  # a 100-token prompt's down: split K
+    kind, cfg = fast_linear._linear_config(100, 2048, 6144, dtype, False, sms)  # a 100-token prompt's down: split K
     assert kind == "gemm" and cfg["SPLIT_K"] > 1
 
 
 def test_tma_linear_falls_back_to_plain_loads(gen):
     """A row stride of 300 bf16 (600 bytes) is not TMA-addressable: the same tiles run with plain loads."""
-    assert not layers._tma_addressable(torch.empty(2, 300, dtype=BF16))
+    assert not fast_linear._tma_addressable(torch.empty(2, 300, dtype=BF16))
     x, w = rand(gen, 20, 300, dtype=BF16), rand(gen, 24, 300, dtype=BF16, scale=300**-0.5)
     config = ("tma", dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, PERSISTENT=True))
-    out = layers._launch_linear(x, w, None, None, None, False, False, "ieee", config=config)
+    out = fast_linear._launch_linear(x, w, None, None, None, False, False, "ieee", config=config)
     assert_close(out, linear_reference(x, w, None, None, None), GEMM_TOL[BF16])
 
 
 def test_swiglu_prologue_needs_one_row(gen):
     with pytest.raises(ValueError, match="swiglu prologue needs the one-row GEMV"):
-        layers._launch_linear(rand(gen, 3, 64), rand(gen, 16, 32), None, None, None, False, False, "ieee",
+        fast_linear._launch_linear(rand(gen, 3, 64), rand(gen, 16, 32), None, None, None, False, False, "ieee",
                               prologue="swiglu")
 
 
 def test_lm_head_logits(gen):
     x, w = rand(gen, 3, 64, dtype=BF16), rand(gen, 300, 64, dtype=BF16)
-    assert_close(layers.lm_head_logits(x, w), x.double() @ w.double().T, GEMM_TOL[BF16])
+    assert_close(fast_linear.lm_head_logits(x, w, input_precision=TF32), x.double() @ w.double().T, GEMM_TOL[BF16])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,7 +370,7 @@ def test_embed_tokens(gen, dtype, n_audio, H):
     audio_index[4:4 + n_audio] = torch.randperm(n_audio, generator=gen)
     audio_index = audio_index.to(DEVICE)
     out = nan_like((M, H), dtype)
-    assert layers.embed_tokens(ids, table, audio, audio_index, out=out) is out
+    assert glue.embed_tokens(ids, table, audio, audio_index, out=out) is out
     ref = table[ids].clone()
     ref[audio_index >= 0] = audio[audio_index[audio_index >= 0]]
     assert torch.equal(out, ref)
@@ -377,7 +380,7 @@ def test_embed_tokens_casts_audio_to_table_dtype(gen):
     table, audio = rand(gen, 20, 64, dtype=BF16), rand(gen, 2, 64, dtype=FP32)
     ids = torch.tensor([3, 7, 7, 1], device=DEVICE)
     audio_index = torch.tensor([-1, 1, 0, -1], device=DEVICE)
-    out = layers.embed_tokens(ids, table, audio, audio_index)
+    out = glue.embed_tokens(ids, table, audio, audio_index)
     assert out.dtype == BF16
     assert torch.equal(out, torch.stack([table[3], audio[1].to(BF16), audio[0].to(BF16), table[1]]))
 
@@ -414,7 +417,7 @@ def test_greedy_head(gen, dtype, B, V, H):
     x, norm_w = rand(gen, B, H, dtype=dtype), rand(gen, H, dtype=dtype)
     w_lm = rand(gen, V, H, dtype=dtype, scale=H**-0.5)
     out = torch.full((B,), -7, dtype=torch.int64, device=DEVICE)
-    assert layers.greedy_head(x, norm_w, 1e-5, w_lm, ids_tensor([V - 1]), flag(0), out) is out
+    assert fast_head.greedy_head(x, norm_w, 1e-5, w_lm, ids_tensor([V - 1]), flag(0), out, input_precision=TF32) is out
     assert_argmax_ok(out, rms_normed(x, norm_w, 1e-5) @ w_lm.double().T)
 
 
@@ -428,7 +431,7 @@ def test_greedy_head_ties_pick_lowest_index(gen, dtype):
     for v in (250, 130, 7, 5):
         w_lm[v] = top
     out = torch.empty(B, dtype=torch.int64, device=DEVICE)
-    layers.greedy_head(x[:1].expand(B, H), norm_w, 1e-5, w_lm, ids_tensor([]), flag(1), out)
+    fast_head.greedy_head(x[:1].expand(B, H), norm_w, 1e-5, w_lm, ids_tensor([]), flag(1), out, input_precision=TF32)
     assert out.tolist() == [5, 5]
 
 
@@ -441,9 +444,9 @@ def test_greedy_head_suppress(gen, dtype):
     first = logits.argmax(-1)
     banned = ids_tensor(sorted(set(first.tolist())) + [V - 1])
     out = torch.empty(B, dtype=torch.int64, device=DEVICE)
-    layers.greedy_head(x, norm_w, 1e-5, w_lm, banned, flag(0), out)
+    fast_head.greedy_head(x, norm_w, 1e-5, w_lm, banned, flag(0), out, input_precision=TF32)
     assert_argmax_ok(out, logits)
-    layers.greedy_head(x, norm_w, 1e-5, w_lm, banned, flag(1), out)
+    fast_head.greedy_head(x, norm_w, 1e-5, w_lm, banned, flag(1), out, input_precision=TF32)
     assert not torch.isin(out, banned).any()
     assert_argmax_ok(out, logits.index_fill(1, banned, float("-inf")))
 
@@ -453,7 +456,7 @@ def test_greedy_head_suppress(gen, dtype):
 def test_argmax_rows(gen, dtype, B, V):
     logits = rand(gen, B, V, dtype=dtype)
     out = torch.full((B,), -7, dtype=torch.int64, device=DEVICE)
-    assert layers.argmax_rows(logits, ids_tensor([]), flag(1), out) is out
+    assert glue.argmax_rows(logits, ids_tensor([]), flag(1), out) is out
     assert torch.equal(out, logits.float().argmax(-1))
 
 
@@ -467,7 +470,7 @@ def test_argmax_rows_ties_and_suppress(dtype):
     logits[2, 3000] = 4.0
     banned = ids_tensor([0, 1, 4097])
     out = torch.empty(3, dtype=torch.int64, device=DEVICE)
-    layers.argmax_rows(logits, banned, flag(0), out)
+    glue.argmax_rows(logits, banned, flag(0), out)
     assert out.tolist() == [17, 4097, 0]
-    layers.argmax_rows(logits, banned, flag(1), out)
+    glue.argmax_rows(logits, banned, flag(1), out)
     assert out.tolist() == [17, 4999, 3000]

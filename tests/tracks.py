@@ -1,6 +1,14 @@
-"""The track folders the CPU suite runs end to end: every implementation that is not a student
-template (templates are tested filled, in their own tests) and not cuTile (which needs a GPU)."""
+"""The (folder, path) pairs the CPU suite runs end to end against transformers, as "folder:path".
 
-from glm_asr_common.runtime import track_folders
+TRACKS: every path of every implementation that is not a student template (templates are tested
+filled, in their own tests) and not the CuPy baseline (it needs a GPU). DEFAULT_TRACKS: each folder's
+default path only, for the tests whose subject is code every path of a folder shares (checkpoint
+loading, the stopping rules): the course paths run in an interpreter or emulator at tens of seconds
+a transcription, and the other tests already run them end to end.
+"""
 
-TRACKS = [f for f in track_folders() if not f.endswith("_template") and "cutile" not in f]
+from glm_asr_common.runtime import track_folders, track_paths
+
+_FOLDERS = [folder for folder in track_folders() if not folder.endswith("_template")]
+TRACKS = [f"{folder}:{path}" for folder in _FOLDERS for path in track_paths(folder) if path != "cupy"]
+DEFAULT_TRACKS = [f"{folder}:{track_paths(folder)[0]}" for folder in _FOLDERS]

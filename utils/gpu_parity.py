@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""Full-size parity on a GPU: tracks vs transformers' GlmAsr on identical random weights.
+"""Full-size parity on a GPU: every track path against transformers' GlmAsr on identical random weights.
 
-    python utils/gpu_parity.py [--tracks glm_asr_scratch,glm_asr_triton_example] [--dtypes float32,bfloat16]
+    python utils/gpu_parity.py [--tracks glm_asr_scratch,glm_asr_triton_example:course,...]
+                               [--precisions fp32,tf32,bf16] [--tokens 30] [--json PATH]
 
-For each dtype: one set of seeded full-size random weights (the real model's sizes from transformers'
-GlmAsrConfig) is handed to transformers (sdpa attention) and to each track. Prints the relative error
-of the prefill logits (‖Δ‖/‖ref‖ and max|Δ|/max|ref|), how many of 30 greedy tokens agree before the
-first difference, and transformers' own time for one transcription (13 tokens) as the speed anchor.
-Writes one JSON line per (track, dtype) to --json, with both token sequences. The weights
-(glm_asr_common.checkpoint.random_weights) are scaled so that greedy decoding is not degenerate: the
-run prints how many distinct ids transformers produced and its smallest top-1/top-2 logit gap, and at
-a first difference, how close transformers was to choosing the track's id. The teacher-forced
-regret (transformers fed the track's own ids: how far each chosen id falls below transformers'
-best logit at that step) judges the whole decode path even after a near-tie has split the
-sequences: a correct track stays within rounding noise of transformers' choice at every step.
+The reference is transformers (sdpa) in true fp32: TF32 off for its matmuls and its cuDNN conv stem.
+One set of seeded full-size random weights (glm_asr_common.checkpoint.random_weights; the real sizes
+from transformers' GlmAsrConfig, or --config DIR) is built in fp32 and rounded for bf16 runs. For the
+reference it prints how many distinct ids its greedy tokens hold (a check that a model repeating one
+token passes proves nothing: the run fails below --min-distinct) and its top-1/top-2 logit gaps.
+
+For each precision and each track (a folder, or folder:path): the prefill logits' error against the
+fp32 reference, how many greedy ids agree before the first difference (and, there, how close
+transformers itself was to the track's id), and the teacher-forced regret: transformers' fp32 model
+fed the track's own ids, how far each chosen id falls below its best logit at that step (0 when the
+ids are transformers'; it judges the decode path even after a near-tie has split the sequences).
+For tf32 and bf16, transformers' own run in that precision is measured the same way: the yardstick a
+track's regret is held to. Also times transformers' transcription (13 tokens) as the speed anchor.
+Writes one JSON line per (track, precision) to --json.
 """
 
 import argparse
@@ -28,10 +32,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from glm_asr_common.audio import load_audio  # noqa: E402
-from glm_asr_common.checkpoint import DTYPES, default_config_dict, random_weights, transformers_name  # noqa: E402
+from glm_asr_common.checkpoint import default_config_dict, random_weights, transformers_name  # noqa: E402
 from glm_asr_common.config import ModelConfig  # noqa: E402
 from glm_asr_common.frontend import prepare_inputs  # noqa: E402
+from glm_asr_common.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
 from glm_asr_common.runtime import REPO_ROOT, import_track  # noqa: E402
+
+HF = "transformers"
 
 
 def transformers_model(raw_config: dict, weights: dict, dtype, device):
@@ -41,7 +48,7 @@ def transformers_model(raw_config: dict, weights: dict, dtype, device):
     config._attn_implementation = "sdpa"
     with torch.device(device):  # rotary buffers need real memory; the random init is then replaced
         model = GlmAsrForConditionalGeneration(config).to(dtype)
-    state = {transformers_name(k): v for k, v in weights.items()}
+    state = {transformers_name(k): v.to(dtype) for k, v in weights.items()}
     model.load_state_dict(state, assign=True, strict=True)
     model.tie_weights()
     return model.to(device, dtype).eval()
@@ -88,12 +95,10 @@ def top2_gap(logits: torch.Tensor) -> float:
 
 
 def teacher_forced_regret(hf, feed: dict, ids: list[int]) -> tuple[float, int, float]:
-    """How far the track's greedy ids stray from transformers' own choice, given the track's prefix.
+    """How far greedy ids stray from transformers' own choice, given the same prefix.
 
     One transformers forward over prompt + ids; at each step t, regret = max logit - logit of ids[t].
-    A correct decode path picks transformers' argmax, or a near-tie of it, at every step, even after
-    a near-tie has sent the two sequences apart. Returns (max regret, its step, transformers' top-2
-    gap at that step).
+    Returns (max regret, its step, transformers' top-2 gap at that step).
     """
     prompt_len = feed["input_ids"].shape[1]
     extra = torch.tensor([ids[:-1]], dtype=feed["input_ids"].dtype, device=feed["input_ids"].device)
@@ -106,69 +111,104 @@ def teacher_forced_regret(hf, feed: dict, ids: list[int]) -> tuple[float, int, f
     return float(regret[step]), step, top2_gap(logits[step])
 
 
+def compare(name, precision, ids, logits, reference, args) -> dict:
+    """The row of one run (a track's or transformers' own) against the fp32 reference."""
+    ref_ids, ref_logits, ref_scores, gaps, hf32, feed32 = reference
+    agree = agreeing_prefix(ids, ref_ids)
+    row = {"track": name, "precision": precision, "gpu": torch.cuda.get_device_name(), "tokens": args.tokens,
+           "tokens_agree": agree, "distinct_ids": len(set(ids)), "ref_distinct_ids": len(set(ref_ids)),
+           "min_top2_gap": min(gaps), "ids": ids, "ref_ids": ref_ids}
+    if logits is not None:
+        row["rel_err_norm"] = float((logits - ref_logits).norm() / ref_logits.norm())
+        row["rel_err_max"] = float((logits - ref_logits).abs().max() / ref_logits.abs().max())
+    regret, regret_step, regret_gap = teacher_forced_regret(hf32, feed32, ids)
+    row.update(max_regret=regret, max_regret_step=regret_step, max_regret_top2_gap=regret_gap)
+    note = f"; teacher-forced regret max {regret:.3g} at token {regret_step} (top-2 gap there {regret_gap:.3g})"
+    if agree < min(len(ids), len(ref_ids)):
+        # How close transformers itself was to picking this id at the first difference: a near-tie
+        # that rounding can flip, or a real error.
+        step = ref_scores[agree]
+        row["first_difference_gap"] = float(step[ref_ids[agree]] - step[ids[agree]])
+        note += (f"; at token {agree} transformers' fp32 logit for its id beats this one by "
+                 f"{row['first_difference_gap']:.3g} (its top-2 gap there: {gaps[agree]:.3g})")
+    err = f"logits rel err {row['rel_err_norm']:.2e} (norm), {row['rel_err_max']:.2e} (max); " if logits is not None else ""
+    print(f"[{precision}] {name}: {err}ids equal to transformers' fp32 for {agree}/{args.tokens} tokens{note}",
+          flush=True)
+    return row
+
+
 @torch.no_grad()
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--tracks", default="glm_asr_scratch,glm_asr_triton_example")
-    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tracks", default="glm_asr_scratch,glm_asr_triton_example:course,glm_asr_triton_example:fast")
+    parser.add_argument("--precisions", default="fp32,tf32,bf16")
     parser.add_argument("--tokens", type=int, default=30)
+    parser.add_argument("--min-distinct", type=int, default=20,
+                        help="fail (exit 1) when transformers' greedy ids hold fewer distinct ids")
+    parser.add_argument("--audio", default=str(REPO_ROOT / "test_audio.wav"))
     parser.add_argument("--json", default=None)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--config", metavar="DIR", help="take sizes from DIR/config.json (smoke tests)")
     args = parser.parse_args()
 
-    # The reference in true fp32: PyTorch lets cuDNN convolutions use TF32 by default, which would put
-    # transformers' conv stem (and so every logit) at TF32 precision while calling itself fp32.
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
     raw = json.loads((Path(args.config) / "config.json").read_text()) if args.config else default_config_dict()
     cfg = ModelConfig.from_dict(raw)
-    inputs = prepare_inputs([load_audio(REPO_ROOT / "test_audio.wav")], cfg, None)
+    inputs = prepare_inputs([load_audio(args.audio)], cfg, None)
+    weights = random_weights(cfg, torch.float32, seed=0, device=args.device)
+    fp32 = PRECISIONS["fp32"]
+    with torch_matmul_precision(fp32):
+        hf32 = transformers_model(raw, weights, torch.float32, args.device)
+        feed32 = hf_inputs(inputs, torch.float32, args.device)
+        ref_logits = hf32(**feed32).logits.float()
+        ref = hf32.generate(**feed32, do_sample=False, max_new_tokens=args.tokens, min_new_tokens=args.tokens,
+                            output_scores=True, return_dict_in_generate=True)
+    ref_ids = ref.sequences[0, inputs.input_ids.shape[1]:].tolist()
+    ref_scores = [step[0].float() for step in ref.scores]  # the logits transformers chose each token from
+    gaps = [top2_gap(step) for step in ref_scores]
+    distinct = len(set(ref_ids))
+    print(f"transformers fp32 (reference): {args.tokens} tokens, {distinct} distinct ids; top-2 logit gap "
+          f"min {min(gaps):.3g}, median {statistics.median(gaps):.3g}; ids {ref_ids}", flush=True)
+    reference = (ref_ids, ref_logits, ref_scores, gaps, hf32, feed32)
     rows = []
-    for dtype_name in args.dtypes.split(","):
-        dtype = DTYPES[dtype_name]
-        weights = random_weights(cfg, dtype, seed=0, device=args.device)
-        hf = transformers_model(raw, weights, dtype, args.device)
-        feed = hf_inputs(inputs, dtype, args.device)
-        ref_logits = hf(**feed).logits.float()
-        ref = hf.generate(**feed, do_sample=False, max_new_tokens=args.tokens, min_new_tokens=args.tokens,
-                          output_scores=True, return_dict_in_generate=True)
-        ref_ids = ref.sequences[0, inputs.input_ids.shape[1]:].tolist()
-        ref_scores = [step[0].float() for step in ref.scores]  # logits transformers chose each token from
-        gaps = [top2_gap(step) for step in ref_scores]
-        print(f"[{dtype_name}] transformers' {args.tokens} tokens: {len(set(ref_ids))} distinct ids, top-2 logit gap "
-              f"min {min(gaps):.3g}, median {statistics.median(gaps):.3g}")
-        hf_ms = timed(lambda: hf.generate(**feed, do_sample=False, max_new_tokens=13, min_new_tokens=13))
-        print(f"[{dtype_name}] transformers sdpa: {statistics.median(hf_ms):.1f} ms per transcription (13 tokens)")
+    for precision_name in args.precisions.split(","):
+        precision = PRECISIONS[precision_name]
+        run_weights = {k: v.to(precision.dtype) for k, v in weights.items()}
+        # transformers' own run in this precision: the yardstick for the tracks' regret.
+        hf = hf32 if precision.dtype == torch.float32 else transformers_model(raw, run_weights, precision.dtype,
+                                                                              args.device)
+        feed = hf_inputs(inputs, precision.dtype, args.device)
+        with torch_matmul_precision(precision):
+            hf_logits = hf(**feed).logits.float()
+            hf_ids = hf.generate(**feed, do_sample=False, max_new_tokens=args.tokens,
+                                 min_new_tokens=args.tokens)[0, inputs.input_ids.shape[1]:].tolist()
+            hf_ms = timed(lambda: hf.generate(**feed, do_sample=False, max_new_tokens=13, min_new_tokens=13))
+        with torch_matmul_precision(fp32):
+            row = compare(HF, precision_name, hf_ids, hf_logits, reference, args)
+        row["hf_ms_median"] = statistics.median(hf_ms)
+        rows.append(row)
+        print(f"[{precision_name}] transformers sdpa: {row['hf_ms_median']:.1f} ms per transcription (13 tokens)")
+        if hf is not hf32:
+            del hf
         for track in args.tracks.split(","):
-            model = import_track(track).load_model(cfg, weights, args.device, dtype)
+            folder, _, path = track.partition(":")
+            model = import_track(folder, path or None, args.device).load_model(cfg, run_weights, args.device,
+                                                                                precision)
             logits = model.prefill_logits(inputs).float()
-            diff = (logits - ref_logits).abs()
             ids = model.generate(inputs, args.tokens, args.tokens)[0]
-            agree = agreeing_prefix(ids, ref_ids)
-            row = {
-                "track": track, "dtype": dtype_name, "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-                "rel_err_norm": float((logits - ref_logits).norm() / ref_logits.norm()),
-                "rel_err_max": float(diff.max() / ref_logits.abs().max()),
-                "tokens_agree": agree, "tokens": args.tokens, "hf_ms_median": statistics.median(hf_ms),
-                "distinct_ids": len(set(ref_ids)), "min_top2_gap": min(gaps), "ids": ids, "ref_ids": ref_ids,
-            }
-            regret, regret_step, regret_gap = teacher_forced_regret(hf, feed, ids)
-            row.update(max_regret=regret, max_regret_step=regret_step, max_regret_top2_gap=regret_gap)
-            note = f"; teacher-forced regret max {regret:.3g} at token {regret_step} (top-2 gap there {regret_gap:.3g})"
-            if agree < min(len(ids), len(ref_ids)):
-                # How close transformers itself was to picking this track's token at the first difference:
-                # a near-tie that rounding differences can flip, or a real error.
-                step = ref_scores[agree]
-                row["first_difference_gap"] = float(step[ref_ids[agree]] - step[ids[agree]])
-                note += (f"; at token {agree} transformers' logit for its id beats ours by "
-                         f"{row['first_difference_gap']:.3g} (its top-2 gap there: {gaps[agree]:.3g})")
-            rows.append(row)
-            print(f"[{dtype_name}] {track}: logits rel err {row['rel_err_norm']:.2e} (norm), "
-                  f"{row['rel_err_max']:.2e} (max); greedy agrees for {agree}/{args.tokens} tokens{note}")
+            del model
+            torch.cuda.empty_cache()
+            with torch_matmul_precision(fp32):
+                rows.append(compare(track, precision_name, ids, logits, reference, args))
+        del run_weights
+        torch.cuda.empty_cache()
     if args.json:
         Path(args.json).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    if distinct < args.min_distinct:
+        print(f"FAIL: the reference's {args.tokens} greedy ids hold {distinct} distinct ids (< {args.min_distinct}): "
+              "the random weights do not exercise the decode path")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Time the Triton example's linear launches over a grid of tile configurations, at the real shapes.
+"""Time the Triton example's fast-path linear launches over a grid of tile configurations, at the real shapes.
 
     python utils/sweep_linear.py [--dtype bfloat16] [--sections decode,prefill,encoder] [--json PATH]
 
-What ``layers._linear_config`` picks is a hand-made table; this is how its entries are chosen. For
+What ``fast_linear._linear_config`` picks is a hand-made table; this is how its entries are chosen. For
 each GEMM of the real model (sizes from transformers' default GlmAsrConfig) and each candidate
 configuration it times the launch as the model runs it (the same prologue / epilogue), prints the
 candidates best first with GB/s of weight bytes (decode, prefill) or TFLOP/s (encoder), and marks
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from glm_asr_common.checkpoint import default_config_dict  # noqa: E402
 from glm_asr_common.config import ModelConfig  # noqa: E402
 from glm_asr_common.roofline import time_call  # noqa: E402
-from glm_asr_triton_example import layers  # noqa: E402
+from glm_asr_triton_example import fast_linear  # noqa: E402
 
 L2_FLUSH_BYTES = 512 << 20  # the weight copies of one timing cover this much (L2: 50-60 MiB)
 
@@ -83,11 +83,11 @@ def time_decode(problem: dict, dtype, configs, sms: int) -> list[dict]:
     norm = torch.randn(K, device="cuda").to(dtype) if prologue == "rmsnorm" else None
     residual = torch.randn(1, N, device="cuda").to(dtype) if problem["residual"] else None
     out = torch.empty(1, N, device="cuda", dtype=dtype)
-    chosen = layers._linear_config(1, N, K, dtype, False, sms)
+    chosen = fast_linear._linear_config(1, N, K, dtype, False, sms)
     rows = []
     for config in [chosen] + [c for c in configs if c != chosen]:
         def launch(i, config=config):
-            layers._launch_linear(x, weights[i % len(weights)], None, residual, out, False, False, "tf32",
+            fast_linear._launch_linear(x, weights[i % len(weights)], None, residual, out, False, False, "tf32",
                                   prologue=prologue, norm_weight=norm, eps=1e-5, config=config)
 
         us = graph_time_us(launch, len(weights))
@@ -151,13 +151,13 @@ def time_gemm(problem: dict, dtype, configs, sms: int) -> list[dict]:
     bias = torch.randn(N, device="cuda").to(dtype) if problem["bias"] else None
     residual = torch.randn(M, N, device="cuda").to(dtype) if problem["residual"] else None
     out = torch.empty(M, N, device="cuda", dtype=dtype)
-    chosen = layers._linear_config(M, N, K, dtype, gated, sms)
+    chosen = fast_linear._linear_config(M, N, K, dtype, gated, sms)
     weight_bytes = (2 if gated else 1) * N * K * dtype.itemsize
     flops = 2 * M * K * N * (2 if gated else 1)
     rows = []
     for config in [chosen] + [c for c in configs if c != chosen]:
         def launch(i, config=config):
-            layers._launch_linear(x, weights[i % len(weights)], bias, residual, out, problem["gelu"], gated,
+            fast_linear._launch_linear(x, weights[i % len(weights)], bias, residual, out, problem["gelu"], gated,
                                   "tf32", config=config)
 
         try:
@@ -189,12 +189,12 @@ def main():
     parser.add_argument("--top", type=int, default=5)
     parser.add_argument("--json", help="write every timing as JSON")
     args = parser.parse_args()
-    if not torch.cuda.is_available() or layers.INTERPRET:
+    if not torch.cuda.is_available() or fast_linear.INTERPRET:
         sys.exit("sweep_linear.py times GPU kernels: it needs CUDA (and TRITON_INTERPRET unset)")
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
     cfg = ModelConfig.from_dict(default_config_dict())
-    sms = layers._sm_count(torch.device("cuda"))
+    sms = fast_linear._sm_count(torch.device("cuda"))
     print(f"{torch.cuda.get_device_name()}, {sms} SMs, {args.dtype}")
     results = {}
     for section in args.sections.split(","):

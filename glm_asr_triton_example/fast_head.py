@@ -1,0 +1,145 @@
+"""The fast path's greedy head: RMSNorm, lm_head and argmax without writing the logits to memory.
+
+    lm_head_argmax_kernel   logits of BLOCK_V vocabulary rows for up to BLOCK_M hidden states,
+                            reduced at once to per-block (max, lowest index holding it)
+    greedy_head             rmsnorm_kernel, that kernel, then glue's per-row reduction
+
+Self-check: python glm_asr_triton_example/fast_head.py  (without a GPU: the Triton interpreter)
+"""
+
+import time
+
+import torch
+
+if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/fast_head.py
+    from _script import package_of
+
+    __package__ = package_of(__file__)
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from ._triton_compat import INTERPRET, pdl_options, release_consumer, round_to, wait_for_producer  # noqa: E402
+from .fast_linear import _mma  # noqa: E402
+from .glue import _banned_args, _block_argmax, _reduce_block_argmax  # noqa: E402
+from .layers import rmsnorm  # noqa: E402
+
+
+@triton.jit
+def lm_head_argmax_kernel(
+    x_ptr, w_ptr, banned_ptr, suppress_ptr, max_ptr, idx_ptr,
+    B, V, H, stride_xm, stride_wv, num_banned, n_blocks,
+    INPUT_PRECISION: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_BANNED: tl.constexpr,
+):
+    """Logits of BLOCK_V vocabulary rows for BLOCK_M hidden states, reduced at once to per-row
+    (max, argmax) partials: the (B, V) logits never reach memory."""
+    release_consumer(PDL)
+    wait_for_producer(PDL)
+    block = tl.program_id(0)
+    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = block * BLOCK_V + tl.arange(0, BLOCK_V)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_mask = offs_m < B
+    v_mask = cols < V
+    acc = tl.zeros((BLOCK_M, BLOCK_V), dtype=tl.float32)
+    for k_step in range(0, H, BLOCK_K):
+        k_mask = offs_k < H - k_step
+        x_tile = tl.load(x_ptr + offs_m[:, None] * stride_xm + k_step + offs_k[None, :],
+                         mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        w_tile = tl.load(w_ptr + cols[:, None] * stride_wv + k_step + offs_k[None, :],
+                         mask=v_mask[:, None] & k_mask[None, :], other=0.0)
+        acc = _mma(x_tile, tl.trans(w_tile), acc, INPUT_PRECISION)
+    # HF's lm_head materialises logits in the activation dtype; rounding the same way makes equal
+    # logits equal here too, so ties break as they do there.
+    logits = round_to(acc, x_ptr.dtype.element_ty).to(tl.float32)
+    block_max, block_idx = _block_argmax(logits, cols, V, banned_ptr, num_banned, suppress_ptr, BLOCK_BANNED)
+    tl.store(max_ptr + offs_m * n_blocks + block, block_max, mask=m_mask)
+    tl.store(idx_ptr + offs_m * n_blocks + block, block_idx, mask=m_mask)
+
+
+def _lm_head_config(dtype: torch.dtype) -> dict:
+    """Weight-streaming tiles for the vocabulary GEMV: 64 vocabulary rows, 512-byte runs of K."""
+    block_k = 256 if dtype == torch.bfloat16 or dtype == torch.float16 else 128
+    if INTERPRET:  # few, large programs (see _interpreter_linear_config)
+        return dict(BLOCK_M=16, BLOCK_V=512, BLOCK_K=512, num_warps=4, num_stages=1)
+    return dict(BLOCK_M=16, BLOCK_V=64, BLOCK_K=block_k, num_warps=4, num_stages=4)
+
+
+def greedy_head(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    lm_head_weight: torch.Tensor,
+    banned_ids: torch.Tensor,
+    suppress: torch.Tensor,
+    out_ids: torch.Tensor,
+    *,
+    input_precision: str,
+) -> torch.Tensor:
+    """out_ids[b] = argmax_v (rmsnorm(x[b]) @ lm_head_weight[v]), lowest index on ties.
+
+    x: (B, H) last hidden states (a strided row view is fine). lm_head_weight: (V, H).
+    banned_ids: int64 (nb,), skipped while suppress[0] != 0 (suppress: int32 (1,) on the device, so
+    min_new_tokens can flip it inside a captured CUDA graph). out_ids: int64 (B,), returned.
+    Three launches: rmsnorm, the fused logits + block argmax, the per-row reduction.
+    """
+    x_normed = rmsnorm(x, norm_weight, eps)
+    B, H = x_normed.shape
+    V = lm_head_weight.shape[0]
+    cfg = _lm_head_config(x.dtype)
+    n_blocks = triton.cdiv(V, cfg["BLOCK_V"])
+    partial_max = torch.empty((B, n_blocks), dtype=torch.float32, device=x.device)
+    partial_idx = torch.empty((B, n_blocks), dtype=torch.int32, device=x.device)
+    banned, num_banned, block_banned = _banned_args(banned_ids, out_ids)
+    lm_head_argmax_kernel[(n_blocks, triton.cdiv(B, cfg["BLOCK_M"]))](
+        x_normed, lm_head_weight, banned, suppress, partial_max, partial_idx,
+        B, V, H, x_normed.stride(0), lm_head_weight.stride(0), num_banned, n_blocks,
+        INPUT_PRECISION=input_precision, BLOCK_BANNED=block_banned, **pdl_options(x.device), **cfg,
+    )
+    return _reduce_block_argmax(partial_max, partial_idx, out_ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-check: python glm_asr_triton_example/fast_head.py  (without a GPU: the Triton interpreter)
+# ---------------------------------------------------------------------------------------------
+
+
+def _self_check():
+    from glm_asr_common.teaching import SelfCheck
+
+    check = SelfCheck("fast_head.py", INTERPRET)
+    on_gpu, device = check.on_gpu, check.device
+    gen = torch.Generator().manual_seed(int(time.time()))
+    H, V = (2048, 59264) if on_gpu else (96, 300)
+    eps = 1e-5
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to(device=device, dtype=torch.bfloat16)
+
+    w, w_lm, xh = rand(H), rand(V, H, scale=H**-0.5), rand(2, H)
+    banned = torch.tensor([V - 2, V - 1], device=device)
+    suppress = torch.ones(1, dtype=torch.int32, device=device)
+    ids_out = torch.empty(2, dtype=torch.int64, device=device)
+
+    def head_logits():
+        normed = xh.float() * torch.rsqrt(xh.float().pow(2).mean(-1, keepdim=True) + eps) * w.float()
+        logits = normed @ w_lm.float().T
+        logits[:, banned] = float("-inf")
+        return logits
+
+    def chosen_logit_gap(chosen, logits):
+        """Judge the chosen id by its reference logit, so near-ties in bf16 still pass: (how far it
+        falls short of the row maximum, that / max |logit|)."""
+        logits = logits.double()
+        finite = logits.masked_fill(~torch.isfinite(logits), 0.0)
+        gap = (logits.max(-1).values - logits.gather(1, chosen[:, None].to(logits.device))[:, 0]).max().item()
+        return gap, gap / finite.abs().max().item()
+
+    check.check("greedy_head", lambda: greedy_head(xh, w, eps, w_lm, banned, suppress, ids_out, input_precision="tf32"),
+                head_logits, f"2x{H}->{V} bf16", 1e-2, errors=chosen_logit_gap)
+    check.finish()
+
+
+if __name__ == "__main__":
+    _self_check()
