@@ -1,28 +1,34 @@
-"""Tiny random GLM-ASR checkpoint + test clips for fast, offline tests.
+"""A tiny random GLM-ASR checkpoint and clips to feed it, for runs that need no download: the tests
+and the demo's "random weights (tiny, CPU-friendly)" choice.
 
-The checkpoint is written by ``transformers`` itself (``save_pretrained``), so it
-has exactly the on-disk layout (config.json, safetensors key names, processor
-files) that a real ``zai-org/GLM-ASR-Nano-2512`` download has, only tiny and
-random.  The weights are re-initialised with a seeded generator at a scale that
-makes greedy decoding non-degenerate (varied tokens, clear top-1 margins).
+The checkpoint is written by ``transformers`` itself (``save_pretrained``), so it has exactly the
+on-disk layout (config.json, safetensors key names, processor files) that a real
+``zai-org/GLM-ASR-Nano-2512`` download has, only tiny (two 64-wide layers per stack, a byte-level BPE
+vocabulary of about 400 tokens trained here) and random. The weights are re-initialised with a
+seeded generator at a scale that makes greedy decoding non-degenerate (varied tokens, clear top-1
+margins); the text it decodes is meaningless. The clips are the repository's test_audio.wav in other
+rates, channel counts and lengths.
 
-Usage from Python::
-
-    from tiny_checkpoint import build_tiny_checkpoint, make_clips
+    from glm_asr_common.tiny_checkpoint import build_tiny_checkpoint, cached_tiny_checkpoint, make_clips
     ckpt = build_tiny_checkpoint(tmp / "ckpt", sharded=True, storage_dtype="bfloat16")
+    ckpt = cached_tiny_checkpoint()       # built once per version of this file, then reused
     clips = make_clips(tmp / "clips")     # {"short": Path, "long45": Path, "other": Path}
 
 or from the shell::
 
-    python tests/tiny_checkpoint.py OUT_DIR [--sharded] [--dtype bfloat16] [--tied] [--seed 0] [--clips]
+    python -m glm_asr_common.tiny_checkpoint OUT_DIR [--sharded] [--dtype bfloat16] [--tied] [--seed 0] [--clips]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
+import os
 import pathlib
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 
@@ -426,6 +432,45 @@ def load_clip_16k(path) -> np.ndarray:
         g = math.gcd(int(sr), 16000)
         x = resample_poly(x.astype(np.float64), 16000 // g, int(sr) // g)
     return np.asarray(x, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------------------
+# The cache
+# --------------------------------------------------------------------------------------
+
+
+def cache_root() -> pathlib.Path:
+    """Where built checkpoints are kept: $GLM_ASR_CACHE, else $XDG_CACHE_HOME/glm_asr, else ~/.cache/glm_asr."""
+    if os.environ.get("GLM_ASR_CACHE"):
+        return pathlib.Path(os.environ["GLM_ASR_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
+    return pathlib.Path(base) / "glm_asr"
+
+
+def cached_tiny_checkpoint(seed: int = 0) -> pathlib.Path:
+    """The tiny checkpoint (one safetensors file, float32, untied) under ``cache_root()``, built on first use.
+
+    The folder name carries a hash of this file and of the transformers version, so a change to
+    the builder never serves a stale checkpoint. Building happens in a private folder renamed into
+    place, so concurrent callers (two demo sessions, a test run) never see half a checkpoint.
+    """
+    import transformers
+
+    fingerprint = hashlib.sha256(pathlib.Path(__file__).read_bytes() + transformers.__version__.encode())
+    target = cache_root() / f"tiny-random-seed{seed}-{fingerprint.hexdigest()[:12]}"
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
+    try:
+        build_tiny_checkpoint(staging, seed=seed)
+        os.rename(staging, target)
+    except OSError:
+        if not target.is_dir():  # not the benign race (another caller renamed its copy first)
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def main(argv=None) -> int:
