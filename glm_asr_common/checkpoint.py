@@ -118,7 +118,8 @@ def resolve_model_dir(model: str, *, need_weights: bool = True) -> Path:
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
         why = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else type(e).__name__
         raise UserError(
-            f"cannot get {model} from the Hugging Face hub ({why}); download it elsewhere and pass --model DIR"
+            f"cannot get {model} from the Hugging Face hub ({why}); download it elsewhere and pass --model DIR, "
+            "or run on full-size random weights with --random-weights (no download; timing only)"
         ) from None
 
 
@@ -177,29 +178,31 @@ def load_weights(model_dir: Path, cfg: ModelConfig, dtype: torch.dtype) -> dict[
     return weights
 
 
-# Init of the full-size random weights (matrices N(0, gain^2 / fan_in) unless noted), measured on the
-# real sizes with transformers in fp32 on the test clip (30 greedy tokens; "sensitivity" = prefill
-# logits of sdpa vs eager attention, how far two correct fp32 implementations drift apart):
-#  - unit-scale embedding, every gain 1: one id repeated 30 times (top-2 gap ~110); sensitivity 9e-7.
-#  - this table: 8 distinct ids, the sequence changing course at 7 places (top-2 gap >= 0.52);
-#    sensitivity 1.3e-6, so rounding differences stay small through the 28 layers.
-#  - the tests' tiny-checkpoint table (q/k gains 3 and 2): 30 distinct ids, but sensitivity 2.6e-5
-#    and in bf16 even the PyTorch reference differs from transformers from the first token on.
-# "embed" is a plain std (a small embedding keeps a token's own embedding from dominating the
-# residual stream, which is what repeats one id); "text_qk"/"audio_qk" sharpen attention so outputs
-# follow the content; "final_norm" is the mean (and 10x the noise std) of the last RMSNorm weight,
-# which sets the logit spread.
-RANDOM_INIT_SCALES = {"embed": 0.125, "linear": 1.0, "text_qk": 1.5, "audio_qk": 1.5, "lm_head": 1.0,
-                      "final_norm": 4.0}
+# Init of the full-size random weights (matrices N(0, gain^2 / fan_in) unless noted), chosen with
+# utils/tune_random_init.py (docs/performance.md has the runs): greedy decoding must produce many
+# distinct ids (a model repeating one id passes parity checks it should fail) while staying well
+# conditioned (two correct fp32 implementations, sdpa and eager attention, agree closely).
+#  "embed"       plain std of the token embedding;
+#  "linear"      gain of every matrix not named below;
+#  "text_qk" / "audio_qk"  gains of the q and k projections (sharper attention follows the content);
+#  "text_out"    gain of the decoder's o_proj and down_proj, the two writes into the residual stream:
+#                how much each layer moves the hidden state away from the current token's embedding;
+#  "lm_head"     gain of the output projection;
+#  "final_norm"  mean (and 10x the noise std) of the last RMSNorm weight, which sets the logit spread.
+RANDOM_INIT_SCALES = {"embed": 0.125, "linear": 1.0, "text_qk": 1.5, "audio_qk": 1.5, "text_out": 1.0,
+                      "lm_head": 1.0, "final_norm": 4.0}
 
 
-def random_weights(cfg: ModelConfig, dtype: torch.dtype, *, seed: int = 0, device: str = "cpu") -> dict[str, torch.Tensor]:
+def random_weights(cfg: ModelConfig, dtype: torch.dtype, *, seed: int = 0, device: str = "cpu",
+                   scales: dict | None = None) -> dict[str, torch.Tensor]:
     """Full-size random weights (vLLM's load_format=dummy): seeded, no download, decoding not degenerate.
 
-    Scales from RANDOM_INIT_SCALES: matrices N(0, gain^2 / fan_in), norm weights near 1 (the final
-    decoder norm near RANDOM_INIT_SCALES["final_norm"]), biases near 0, a small embedding.
+    Scales from ``scales`` (default RANDOM_INIT_SCALES): matrices N(0, gain^2 / fan_in), norm weights
+    near 1 (the final decoder norm near scales["final_norm"]), biases near 0, the embedding N(0,
+    scales["embed"]^2). The random stream does not depend on the scales: two tables give the same
+    weights up to each tensor's scale.
     """
-    scales = RANDOM_INIT_SCALES
+    scales = RANDOM_INIT_SCALES if scales is None else scales
     gen = torch.Generator(device=device).manual_seed(seed)
     weights = {}
     for name, shape in expected_shapes(cfg).items():
@@ -211,6 +214,8 @@ def random_weights(cfg: ModelConfig, dtype: torch.dtype, *, seed: int = 0, devic
             gain = scales["linear"]
             if name.endswith(("q_proj.weight", "k_proj.weight")):
                 gain = scales["text_qk"] if name.startswith("decoder.") else scales["audio_qk"]
+            elif name.startswith("decoder.") and name.endswith(("o_proj.weight", "down_proj.weight")):
+                gain = scales["text_out"]
             elif name == "lm_head.weight":
                 gain = scales["lm_head"]
             t.normal_(0.0, gain * fan_in ** -0.5, generator=gen)

@@ -1,43 +1,52 @@
 #!/usr/bin/env bash
-# Every GPU check in one call, ending with a short table:  bash utils/gpu_check.sh [--sweep | --tiles | --quick] [OUT_DIR]
+# Every GPU check of the repository, in parts that each fit one device call; the summary table last.
 #
-#   1. the machine: GPU, driver, torch / triton / transformers versions
-#   2. ./benchmark.sh on the test clip, 13 tokens, random weights: Triton example bf16
-#   3. full-size parity with transformers (random weights, identical for both), fp32 and bf16,
-#      with transformers' own time per transcription as the speed anchor (utils/gpu_parity.py)
-#   4. the same benchmark for the Triton example in fp32, scratch in bf16, the Triton template
-#      (--allow-reference all) and the template with the example's kernels filled in
-#   5. benchmark_detailed.py for the Triton example against scratch, bf16 (with transformers as a
-#      third column) and fp32: components, kernels, roofline plots
-#   6. with --sweep: utils/sweep_linear.py, the tile-configuration sweep behind layers._linear_config
+#   bash utils/gpu_check.sh PART [PART...] [--out DIR]        (default DIR: $OUT, else /tmp/gpu_check)
 #
-# --tiles is the short loop for tuning the encoder's GEMM tiles instead: the machine, the bf16
-# benchmark with and without PDL, bf16 parity of the Triton example, then the encoder sections of
-# the sweep in bf16 and fp32. --quick, for a second GPU model within the same device budget: the
-# machine, the Triton example's benchmark in bf16 (with and without PDL) and fp32, and its parity.
+#   bench     ./benchmark.sh on the test clip, 13 tokens, full-size random weights: every folder and
+#             path in bf16; the example paths in tf32 and IEEE fp32; the filled templates
+#   parity    utils/gpu_parity.py: every track path in fp32, tf32 and bf16 against transformers' true
+#             fp32 (ids, logits, teacher-forced regret, transformers' own bf16/tf32 runs as yardstick)
+#   clips     utils/gpu_clips.py: test clip, 0.3 s, 30.5 s, 45 s, 5 min, 44.1 kHz stereo: fp32 ids
+#             against transformers, bf16 time, real-time factor, peak memory
+#   kernels   the kernel tests and every kernel file's self-check on the GPU (Triton, and cuTile for
+#             real where .cutile is carried), tiny checkpoints of awkward shapes end to end, and the
+#             bad-input cases of the command line
+#   detailed  benchmark_detailed.py (fast path vs course path, bf16, with plots) and the grader's
+#             report: ./benchmark.sh on the filled Triton template with --compare
+#   tune      utils/tune_random_init.py (the scales of the random weights)
+#   sweep     utils/sweep_linear.py (the fast path's GEMM tile table)
+#   all       bench parity clips kernels detailed
 #
-# Each step has its own time limit and a failed step does not stop the next. Everything lands in
-# OUT_DIR (default $OUT on the device machine): log.txt, parity.jsonl, bench.jsonl, summary.md,
-# detailed.tgz (JSON, CSV and plots of step 5) and sweep.json. Packages the GPU image lacks travel
-# as wheels in .whl/ (soundfile, jiwer).
+# Each step has its own time limit and a failed step does not stop the next. Everything lands in the
+# output folder: log.txt, bench.jsonl, parity.jsonl, clips.jsonl, summary.md and detailed.tgz (JSON,
+# CSV, plots, the compare report). Packages the GPU image lacks travel as wheels in .whl/ (soundfile,
+# cffi, pycparser); the cuTile compiler as .cutile/ (../shared/tools/CUTILE_ON_DEVICE.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MODE=all
-case "${1:-}" in
-    --sweep) MODE=sweep; shift ;;
-    --tiles) MODE=tiles; shift ;;
-    --quick) MODE=quick; shift ;;
-esac
-OUT_DIR="${1:-${OUT:-/tmp/gpu_check}}"
+PARTS=()
+OUT_DIR="${OUT:-/tmp/gpu_check}"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) OUT_DIR=$2; shift 2 ;;
+        all) PARTS+=(bench parity clips kernels detailed); shift ;;
+        bench|parity|clips|kernels|detailed|tune|sweep) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity clips kernels detailed tune sweep all" >&2
+           exit 2 ;;
+    esac
+done
+[ ${#PARTS[@]} -gt 0 ] || { echo "usage: bash utils/gpu_check.sh PART... [--out DIR] (see the top of this file)" >&2; exit 2; }
 DETAILED=/tmp/gpu_check_detailed  # packed into OUT_DIR/detailed.tgz (the device returns few files)
-mkdir -p "$OUT_DIR"
+mkdir -p "$OUT_DIR" "$DETAILED"
 LOG="$OUT_DIR/log.txt"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHON=python3
 if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         && export PYTHONPATH=/tmp/site
 fi
-export PYTHON=python3
+if [ -f .cutile/activate.sh ]; then
+    source .cutile/activate.sh
+fi
 
 step() {  # step NAME SECONDS COMMAND...
     local name=$1 limit=$2
@@ -50,61 +59,88 @@ step() {  # step NAME SECONDS COMMAND...
 # The benchmark as the graders run it: the test clip, 13 tokens, full-size random weights.
 BENCH_ARGS=(--random-weights --min-new-tokens 13 --max-new-tokens 13 --warmup 2 --runs 10)
 
-bench() {  # bench FOLDER DTYPE [extra options]
-    local folder=$1 dtype=$2
-    shift 2
-    step "bench $folder $dtype" 120 ./benchmark.sh "$folder" "${BENCH_ARGS[@]}" --dtype "$dtype" \
-        --json "$OUT_DIR/bench_one.json" "$@" \
+bench() {  # bench FOLDER PATH PRECISION [extra options]
+    local folder=$1 path=$2 precision=$3
+    shift 3
+    step "bench $folder $path $precision $*" 150 ./benchmark.sh "$folder" "${BENCH_ARGS[@]}" --path "$path" \
+        --precision "$precision" --json "$OUT_DIR/bench_one.json" "$@" \
         && python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))" "$OUT_DIR/bench_one.json" \
             >> "$OUT_DIR/bench.jsonl"
     rm -f "$OUT_DIR/bench_one.json"
 }
 
-detailed() {  # detailed DTYPE [extra options]
-    local dtype=$1
-    shift
-    mkdir -p "$DETAILED/$dtype"
-    step "detailed $dtype" 150 python3 benchmark_detailed.py glm_asr_triton_example --random-weights --dtype "$dtype" \
-        --min-new-tokens 13 --max-new-tokens 13 --runs 5 --compare glm_asr_scratch \
-        --json "$DETAILED/$dtype/detailed.json" --csv "$DETAILED/$dtype/kernels.csv" --plot "$DETAILED/$dtype" "$@"
-    tar czf "$OUT_DIR/detailed.tgz" -C "$DETAILED" .
+has_cutile() { [ -f glm_asr_cutile_example/model.py ] && python3 -c "import cuda.tile" 2>/dev/null; }
+track_paths() {  # the folder:path pairs of every folder that runs here
+    local tracks="glm_asr_scratch:course,glm_asr_triton_example:fast,glm_asr_triton_example:course"
+    if has_cutile; then
+        tracks="$tracks,glm_asr_cutile_example:fast,glm_asr_cutile_example:course"
+    fi
+    echo "$tracks"
 }
 
-step machine 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader;
-    python3 -c "import torch, triton, transformers; print(\"torch\", torch.__version__, \"triton\", triton.__version__, \"transformers\", transformers.__version__)"'
-# Most important first: a lease that runs out still returns what the earlier steps wrote.
-bench glm_asr_triton_example bfloat16
-# The anchor for programmatic dependent launch: the same run with it switched off (log only).
-step "bench glm_asr_triton_example bfloat16 without PDL" 120 env GLM_ASR_PDL=0 ./benchmark.sh glm_asr_triton_example \
-    "${BENCH_ARGS[@]}" --dtype bfloat16
-case "$MODE" in
-    tiles)
-        step parity 120 python3 utils/gpu_parity.py --tracks glm_asr_triton_example --dtypes bfloat16 \
-            --json "$OUT_DIR/parity.jsonl"
-        for dtype in bfloat16 float32; do
-            step "sweep encoder $dtype" 200 python3 utils/sweep_linear.py --sections encoder --dtype "$dtype" \
-                --json "$OUT_DIR/sweep_encoder_$dtype.json"
-        done
-        ;;
-    quick)
-        bench glm_asr_triton_example float32
-        step parity 150 python3 utils/gpu_parity.py --tracks glm_asr_triton_example --json "$OUT_DIR/parity.jsonl"
-        ;;
-    *)
-        step parity 200 python3 utils/gpu_parity.py --json "$OUT_DIR/parity.jsonl"
-        # fp32 without TF32 anywhere: separates TF32 rounding from anything else (log only).
-        step "parity fp32 ieee" 120 env GLM_ASR_FP32_PRECISION=ieee python3 utils/gpu_parity.py \
-            --tracks glm_asr_triton_example --dtypes float32
-        bench glm_asr_triton_example float32
-        bench glm_asr_scratch bfloat16
-        bench glm_asr_triton_template bfloat16 --allow-reference all
-        step "fill template" 30 python3 utils/make_template.py --filled . --package glm_asr_triton_filled
-        bench glm_asr_triton_filled bfloat16
-        detailed bfloat16 --baseline hf
-        detailed float32
-        ;;
-esac
-step summary 30 python3 utils/gpu_summary.py "$OUT_DIR"
-if [ "$MODE" = sweep ]; then
-    step sweep 240 python3 utils/sweep_linear.py --json "$OUT_DIR/sweep.json"
-fi
+step machine 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader;
+    python3 -c "import torch, triton, transformers; print(\"torch\", torch.__version__, \"triton\", triton.__version__, \"transformers\", transformers.__version__)";
+    python3 -c "import cuda.tile, cupy; print(\"cuda.tile\", cuda.tile.__version__, \"cupy\", cupy.__version__)" 2>&1 | tail -1'
+
+for part in "${PARTS[@]}"; do
+    case "$part" in
+        bench)
+            python3 utils/make_template.py --filled . --package glm_asr_triton_filled >/dev/null
+            bench glm_asr_triton_example fast bf16
+            bench glm_asr_triton_example course bf16
+            bench glm_asr_triton_filled course bf16
+            bench glm_asr_triton_example fast tf32
+            bench glm_asr_triton_example course tf32
+            bench glm_asr_triton_example fast fp32
+            bench glm_asr_scratch course bf16
+            bench glm_asr_triton_template course bf16 --allow-reference all
+            if has_cutile; then
+                python3 utils/make_template.py --track cutile --filled . --package glm_asr_cutile_filled >/dev/null
+                bench glm_asr_cutile_example fast bf16
+                bench glm_asr_cutile_example course bf16
+                bench glm_asr_cutile_example cupy tf32
+                bench glm_asr_cutile_filled course bf16
+                bench glm_asr_cutile_example fast tf32
+                bench glm_asr_cutile_example course tf32
+            fi
+            ;;
+        parity)
+            step parity 560 python3 utils/gpu_parity.py --tracks "$(track_paths)" --json "$OUT_DIR/parity.jsonl"
+            ;;
+        clips)
+            step clips 560 python3 utils/gpu_clips.py --tracks "$(track_paths | cut -d, -f2-)" --json "$OUT_DIR/clips.jsonl"
+            ;;
+        kernels)
+            for file in layers attention rope glue conv fast_linear fast_attention fast_rope fast_head; do
+                step "self-check glm_asr_triton_example/$file.py" 120 python3 "glm_asr_triton_example/$file.py"
+            done
+            step "kernel tests (Triton)" 300 python3 -m pytest -q -x tests/test_triton_layers.py tests/test_triton_attention.py \
+                -p no:cacheprovider
+            if has_cutile; then
+                for file in glm_asr_cutile_example/*.py; do
+                    grep -q "^def _self_check" "$file" && step "self-check $file" 120 python3 "$file"
+                done
+                step "kernel tests (cuTile, real compiler)" 300 python3 -m pytest -q tests/test_cutile_kernels.py -p no:cacheprovider
+            fi
+            step "awkward checkpoints end to end" 300 python3 -m pytest -q tests/test_awkward_shapes.py -p no:cacheprovider
+            step "bad input" 200 python3 utils/gpu_bad_inputs.py --tracks "$(track_paths)"
+            ;;
+        detailed)
+            mkdir -p "$DETAILED/bf16"
+            step "detailed bf16" 300 python3 benchmark_detailed.py glm_asr_triton_example --random-weights --precision bf16 \
+                --path fast --min-new-tokens 13 --max-new-tokens 13 --runs 5 --compare glm_asr_triton_example:course \
+                --json "$DETAILED/bf16/detailed.json" --csv "$DETAILED/bf16/kernels.csv" --plot "$DETAILED/bf16"
+            python3 utils/make_template.py --filled . --package glm_asr_triton_filled >/dev/null
+            step "compare report (filled template)" 300 ./benchmark.sh glm_asr_triton_filled --random-weights --precision bf16 \
+                --min-new-tokens 13 --max-new-tokens 13 --runs 5 --compare --report "$DETAILED/report"
+            tar czf "$OUT_DIR/detailed.tgz" -C "$DETAILED" .
+            ;;
+        tune)
+            step "tune random init" 560 python3 utils/tune_random_init.py --json "$OUT_DIR/tune.json"
+            ;;
+        sweep)
+            step sweep 560 python3 utils/sweep_linear.py --json "$OUT_DIR/sweep.json"
+            ;;
+    esac
+done
+step summary 60 python3 utils/gpu_summary.py "$OUT_DIR"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The short table that ends utils/gpu_check.sh: parity and timings, also written to OUT_DIR/summary.md."""
+"""The short tables that end utils/gpu_check.sh (parity, clips, benchmarks), also written to OUT_DIR/summary.md."""
 
 import json
 import sys
@@ -10,31 +10,54 @@ def read_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
-def _regret(row: dict) -> str:
-    if "max_regret" not in row:
-        return "not recorded"
-    return f"{row['max_regret']:.3g} (token {row['max_regret_step']}, top-2 gap {row['max_regret_top2_gap']:.3g})"
+def parity_table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    ref = rows[0]
+    lines = [f"Parity, full-size random weights: transformers' true-fp32 reference decodes {ref['ref_distinct_ids']} "
+             f"distinct ids in {ref['tokens']} tokens (smallest top-2 logit gap {ref['min_top2_gap']:.3g}).", "",
+             "| track | precision | prefill logits rel err (norm / max) | ids equal to fp32 reference | "
+             "teacher-forced regret max (token, top-2 gap) |", "| --- | --- | --- | --- | --- |"]
+    for row in rows:
+        err = (f"{row['rel_err_norm']:.2e} / {row['rel_err_max']:.2e}" if "rel_err_norm" in row else "-")
+        lines.append(f"| {row['track']} | {row['precision']} | {err} | {row['tokens_agree']}/{row['tokens']} | "
+                     f"{row['max_regret']:.3g} ({row['max_regret_step']}, {row['max_regret_top2_gap']:.3g}) |")
+    return lines + [""]
+
+
+def clips_table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["| clip | track | windows | prompt | fp32 ids == transformers | bf16 ms | real-time factor | peak GiB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['clip']} | {r['track']} | {r['windows']} | {r['prompt_len']} | {r['fp32_ids_equal']} | "
+                     f"{r['bf16_ms']:.1f} | {r['real_time_factor']:.4f} | {r['peak_gib']:.1f} |")
+    return lines + [""]
+
+
+def bench_table(rows: list[dict], parity: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    hf_ms = {r["precision"]: r["hf_ms_median"] for r in parity if "hf_ms_median" in r}
+    lines = ["| benchmark.sh (13 tokens, test clip) | path | precision | ms per transcription | ms/token | "
+             "vs transformers |", "| --- | --- | --- | --- | --- | --- |"]
+    for precision, ms in hf_ms.items():
+        lines.append(f"| transformers (sdpa) | - | {precision} | {ms:.1f} | {ms / 13:.2f} | 1.0× |")
+    for r in rows:
+        precision = r.get("precision", r.get("dtype"))
+        ratio = f"{hf_ms[precision] / r['mean_ms']:.1f}×" if precision in hf_ms else "-"
+        lines.append(f"| {r['folder']} | {r.get('path', '-')} | {precision} | {r['mean_ms']:.1f} ± {r['std_ms']:.1f} "
+                     f"| {r['ms_per_token']:.2f} | {ratio} |")
+    return lines + [""]
 
 
 def main(out_dir: str):
     out = Path(out_dir)
-    lines = ["| parity (full size, random weights) | dtype | logits rel err (norm / max) | greedy tokens agreeing "
-             "| distinct ids (transformers) | teacher-forced regret max |", "| --- | --- | --- | --- | --- | --- |"]
-    hf_ms = {}
-    for row in read_lines(out / "parity.jsonl"):
-        hf_ms[row["dtype"]] = row["hf_ms_median"]
-        lines.append(f"| {row['track']} | {row['dtype']} | {row['rel_err_norm']:.2e} / {row['rel_err_max']:.2e} "
-                     f"| {row['tokens_agree']}/{row['tokens']} | {row.get('distinct_ids', 'not recorded')} "
-                     f"| {_regret(row)} |")
-    lines += ["", "| benchmark.sh (13 tokens, test clip) | dtype | ms per transcription | ms/token | vs transformers sdpa |",
-              "| --- | --- | --- | --- | --- |"]
-    for dtype, ms in hf_ms.items():
-        lines.append(f"| transformers (sdpa) | {dtype} | {ms:.1f} | {ms / 13:.2f} | 1.0× |")
-    for row in read_lines(out / "bench.jsonl"):
-        ratio = hf_ms.get(row["dtype"], 0) / row["mean_ms"] if row["mean_ms"] else 0
-        lines.append(f"| {row['folder']} | {row['dtype']} | {row['mean_ms']:.1f} ± {row['std_ms']:.1f} "
-                     f"| {row['ms_per_token']:.2f} | {ratio:.1f}× |")
-    text = "\n".join(lines)
+    parity = read_lines(out / "parity.jsonl")
+    lines = parity_table(parity) + clips_table(read_lines(out / "clips.jsonl")) + bench_table(
+        read_lines(out / "bench.jsonl"), parity)
+    text = "\n".join(lines) if lines else "(no results recorded)"
     (out / "summary.md").write_text(text + "\n")
     print(text)
 
