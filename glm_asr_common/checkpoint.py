@@ -100,6 +100,17 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+class HubUnavailable(UserError):
+    """The hub could not provide the checkpoint. The message speaks of the command-line options; a
+    program with other controls (the demo) words its own from ``model`` and ``reason``."""
+
+    def __init__(self, model: str, reason: str):
+        self.model, self.reason = model, reason
+        super().__init__(f"cannot get {model} from the Hugging Face hub ({reason}); download it elsewhere and pass "
+                         "--model DIR, or run on full-size random weights with --random-weights (no download; "
+                         "timing only)")
+
+
 def resolve_model_dir(model: str, *, need_weights: bool = True) -> Path:
     """A local directory as given, or a hub id downloaded (or found in the cache) by huggingface_hub."""
     path = Path(model).expanduser()
@@ -117,10 +128,7 @@ def resolve_model_dir(model: str, *, need_weights: bool = True) -> Path:
     except Exception as e:  # huggingface_hub raises many types: offline, not found, network, auth
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
         why = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else type(e).__name__
-        raise UserError(
-            f"cannot get {model} from the Hugging Face hub ({why}); download it elsewhere and pass --model DIR, "
-            "or run on full-size random weights with --random-weights (no download; timing only)"
-        ) from None
+        raise HubUnavailable(model, why) from None
 
 
 def read_config(model_dir: Path) -> ModelConfig:
@@ -189,8 +197,8 @@ def load_weights(model_dir: Path, cfg: ModelConfig, dtype: torch.dtype) -> dict[
 #                how much each layer moves the hidden state away from the current token's embedding;
 #  "lm_head"     gain of the output projection;
 #  "final_norm"  mean (and 10x the noise std) of the last RMSNorm weight, which sets the logit spread.
-RANDOM_INIT_SCALES = {"embed": 0.125, "linear": 1.0, "text_qk": 1.5, "audio_qk": 1.5, "text_out": 1.0,
-                      "lm_head": 1.0, "final_norm": 4.0}
+RANDOM_INIT_SCALES = {"embed": 0.125, "linear": 1.0, "text_qk": 2.5, "audio_qk": 1.5, "text_out": 0.75,
+                      "lm_head": 1.0, "final_norm": 2.0}
 
 
 def random_weights(cfg: ModelConfig, dtype: torch.dtype, *, seed: int = 0, device: str = "cpu",

@@ -90,7 +90,9 @@ def test_random_weights_follow_the_init_table(tiny_ckpt, tied):
     q = w["decoder.layers.0.self_attn.q_proj.weight"]
     assert (q.std() * q.shape[1] ** 0.5).item() == pytest.approx(scales["text_qk"], rel=0.15)
     o = w["decoder.layers.0.self_attn.o_proj.weight"]
-    assert (o.std() * o.shape[1] ** 0.5).item() == pytest.approx(scales["linear"], rel=0.15)
+    assert (o.std() * o.shape[1] ** 0.5).item() == pytest.approx(scales["text_out"], rel=0.15)
+    v = w["decoder.layers.0.self_attn.v_proj.weight"]
+    assert (v.std() * v.shape[1] ** 0.5).item() == pytest.approx(scales["linear"], rel=0.15)
     assert w["decoder.norm.weight"].mean().item() == pytest.approx(scales["final_norm"], rel=0.1)
     assert (w["lm_head.weight"] is embed) == tied
 
