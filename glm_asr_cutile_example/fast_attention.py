@@ -1,0 +1,328 @@
+"""The cuTile fast path's attention: fused kernels whose scores never leave the chip.
+
+    flash_attention_kernel / flash_attention
+        encoder and decoder prefill: one block per (query tile, batch x head), an online softmax over
+        key tiles with fp32 statistics and accumulator. GQA by head index, causal mask, left padding.
+    decode_attention_kernel, decode_combine_kernel / decode_attention
+        one new token per row, flash-decoding: the cache is cut into splits processed in parallel,
+        each by all query heads that share one kv head (the K/V tiles are read once for the group),
+        then a second kernel merges the splits' (max, sum, partial output). A cache of one split
+        needs no merge.
+
+Softmax runs in base 2: exp(x) = exp2(x * log2 e), with log2 e folded into the score scale. Any head
+size works: channels pad to a power of two with zeros, which add nothing to q.k and are never stored.
+Like transformers' eager attention in bf16, the probabilities are rounded to the value dtype before
+P @ V. The live cache length and the left padding are read on the device, so a launch depends only on
+shapes and a captured CUDA graph replays for every step.
+
+Self-check: python glm_asr_cutile_example/fast_attention.py  (without a GPU: the cuTile emulator)
+"""
+
+import torch
+
+if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fast_attention.py
+    from _script import package_of
+
+    __package__ = package_of(__file__)
+
+from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
+
+from ._tile_helpers import cdiv, next_power_of_2  # noqa: E402
+
+ZERO = ct.PaddingMode.ZERO
+NEG_INF = ct.PaddingMode.NEG_INF
+EMULATED = MODE != "gpu"
+LOG2E = 1.4426950408889634
+
+
+def online_softmax_step(acc, m_i, l_i, scores, v_tile, visible, TF32):
+    """Fold one key tile into the running (acc, max, sum) of each query row; scores in log2 units.
+
+    A row with no visible key so far keeps max -inf; subtracting 0 instead keeps exp2(-inf - -inf)
+    (NaN) out, so its p and alpha are exactly 0."""
+    scores = ct.where(visible, scores, float("-inf"))
+    m_new = ct.maximum(m_i, ct.max(scores, axis=1, keepdims=True))
+    m_ref = ct.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = ct.exp2(m_i - m_ref)
+    p = ct.exp2(scores - m_ref)
+    l_i = l_i * alpha + ct.sum(p, axis=1, keepdims=True)
+    operand = ct.tfloat32 if TF32 and v_tile.dtype == ct.float32 else v_tile.dtype
+    # Like transformers: probabilities rounded to the value dtype, products summed in fp32.
+    p_v = ct.astype(ct.astype(p, v_tile.dtype), operand)
+    acc = ct.mma(p_v, ct.astype(v_tile, operand), acc * alpha)
+    return acc, m_new, l_i
+
+
+@ct.kernel
+def flash_attention_kernel(q, k, v, o, kv_start, qk_scale, CAUSAL: ct.Constant[bool],
+                           HAS_KV_START: ct.Constant[bool], TF32: ct.Constant[bool], BLOCK_M: ct.Constant[int],
+                           BLOCK_N: ct.Constant[int], BLOCK_D: ct.Constant[int]):
+    """o = softmax(q k^T * scale) v for BLOCK_M queries of one (batch, head).
+
+    q, o: (B, Hq, Tq, D) and k, v: (B, Hkv, Tk, D) arrays (any strides, last dim contiguous); query
+    head h reads kv head h // (Hq // Hkv). kv_start: int32 (B,), keys below it hidden (left
+    padding). qk_scale: the softmax scale times log2 e. Grid (cdiv(Tq, BLOCK_M), B * Hq).
+    CAUSAL: query i sees keys j <= i (queries and keys share positions). A query row that sees no
+    key (a left-padding query) comes out as zeros.
+    """
+    query_tile = ct.bid(0)
+    n_heads = q.shape[1]
+    b = ct.bid(1) // n_heads
+    h = ct.bid(1) % n_heads
+    kv_head = h // (n_heads // k.shape[1])
+    n_keys = k.shape[2]
+    operand = ct.tfloat32 if TF32 and q.dtype == ct.float32 else q.dtype
+    q_tile = ct.load(q, (b, h, query_tile, 0), (1, 1, BLOCK_M, BLOCK_D), padding_mode=ZERO)
+    q_tile = ct.astype(ct.reshape(q_tile, (BLOCK_M, BLOCK_D)), operand)
+    rows = query_tile * BLOCK_M + ct.arange(BLOCK_M, dtype=ct.int32)
+    lo = 0
+    if HAS_KV_START:
+        lo = ct.load(kv_start, (b,), ())
+    hi = n_keys
+    if CAUSAL:
+        hi = ct.minimum(hi, (query_tile + 1) * BLOCK_M)
+    m_i = ct.full((BLOCK_M, 1), float("-inf"), ct.float32)
+    l_i = ct.zeros((BLOCK_M, 1), ct.float32)
+    acc = ct.zeros((BLOCK_M, BLOCK_D), ct.float32)
+    for key_tile in range(lo // BLOCK_N, (hi + BLOCK_N - 1) // BLOCK_N):
+        k_tile = ct.load(k, (b, kv_head, key_tile, 0), (1, 1, BLOCK_N, BLOCK_D), padding_mode=ZERO)
+        v_tile = ct.load(v, (b, kv_head, key_tile, 0), (1, 1, BLOCK_N, BLOCK_D), padding_mode=ZERO)
+        k_tile = ct.astype(ct.reshape(k_tile, (BLOCK_N, BLOCK_D)), operand)
+        scores = ct.mma(q_tile, ct.transpose(k_tile), ct.zeros((BLOCK_M, BLOCK_N), ct.float32)) * qk_scale
+        keys = key_tile * BLOCK_N + ct.arange(BLOCK_N, dtype=ct.int32)
+        visible = (keys[None, :] >= lo) & (keys[None, :] < n_keys)
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])
+        acc, m_i, l_i = online_softmax_step(acc, m_i, l_i, scores, ct.reshape(v_tile, (BLOCK_N, BLOCK_D)), visible,
+                                            TF32)
+    out = acc / ct.where(l_i == 0.0, 1.0, l_i)
+    ct.store(o, (b, h, query_tile, 0), ct.reshape(ct.astype(out, o.dtype), (1, 1, BLOCK_M, BLOCK_D)))
+
+
+def _flash_tiles(Tq: int, Tk: int, head_dim: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_D). The emulator pays per block and per tile: the largest tiles."""
+    block_d = max(16, next_power_of_2(head_dim))
+    if EMULATED:
+        return min(512, next_power_of_2(Tq)), min(512, next_power_of_2(Tk)), block_d
+    if dtype == torch.float32:
+        return 64, 32, block_d
+    return (128 if head_dim <= 64 else 64), 64, block_d
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, out: torch.Tensor, *,
+                    causal: bool, precision: str, kv_start: torch.Tensor | None = None, tiles=None) -> torch.Tensor:
+    """softmax(q k^T * scale) v into out, fused; returns out.
+
+    q, out: (B, Hq, Tq, D); k, v: (B, Hkv, Tk, D): any strides with a contiguous last dim (views of
+    a fused QKV output, or the first Tk slots of a KV cache). causal needs Tq == Tk. kv_start: int32
+    (B,) or None. precision: "tf32" or "ieee" for fp32 operands. Any head size D.
+    """
+    B, Hq, Tq, D = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D or Hq % Hkv or out.shape != q.shape:
+        raise ValueError(f"flash_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, "
+                         f"out {tuple(out.shape)} do not fit")
+    if not q.stride(3) == k.stride(3) == v.stride(3) == out.stride(3) == 1:
+        raise ValueError("flash_attention: the head channels must be contiguous")
+    if causal and Tq != Tk:
+        raise ValueError(f"flash_attention: causal attention needs as many queries as keys ({Tq} != {Tk})")
+    if kv_start is not None and (kv_start.dtype != torch.int32 or kv_start.shape != (B,)):
+        raise ValueError("flash_attention: kv_start must be int32 (B,)")
+    block_m, block_n, block_d = tiles or _flash_tiles(Tq, Tk, D, q.dtype)
+    launch((cdiv(Tq, block_m), B * Hq), flash_attention_kernel, q, k, v, out,
+           kv_start if kv_start is not None else torch.zeros(B, dtype=torch.int32, device=q.device),
+           float(scale * LOG2E), causal, kv_start is not None, precision == "tf32", block_m, block_n, block_d)
+    return out
+
+
+# ==================================================================================================
+# Decode: one query per row against the KV cache
+# ==================================================================================================
+
+
+def split_keys(split, b, kv_start, valid_len, SPLIT):
+    """Cache slots [lo, hi) of split ``split`` of row b: none below kv_start[b], none at or past the
+    live cache length."""
+    lo = ct.maximum(split * SPLIT, ct.load(kv_start, (b,), ()))
+    hi = ct.minimum((split + 1) * SPLIT, ct.load(valid_len, (0,), ()))
+    return lo, hi
+
+
+@ct.kernel
+def decode_attention_kernel(q, k_cache, v_cache, valid_len, kv_start, part_m, part_l, part_acc, o, qk_scale,
+                            DIRECT: ct.Constant[bool], TF32: ct.Constant[bool], SPLIT: ct.Constant[int],
+                            BLOCK_G: ct.Constant[int], BLOCK_N: ct.Constant[int], BLOCK_D: ct.Constant[int]):
+    """One split of the cache for the query heads of one kv head.
+
+    q, o: (B, Hkv, group, D) views of the (B, Hq, D) query / output (head h = hk * group + g);
+    k_cache, v_cache: (B, Hkv, Tmax, D); valid_len: int32 (1,) live slots; kv_start: int32 (B,).
+    Grid (n_splits, B * Hkv). DIRECT (one split): the normalised output goes to o. Otherwise the
+    split's unnormalised (max, sum, acc) go to part_m / part_l (B, Hkv, n_splits, group) and
+    part_acc (B, Hkv, n_splits, group, D) for decode_combine_kernel.
+    """
+    split = ct.bid(0)
+    n_kv = k_cache.shape[1]
+    b = ct.bid(1) // n_kv
+    kv_head = ct.bid(1) % n_kv
+    operand = ct.tfloat32 if TF32 and q.dtype == ct.float32 else q.dtype
+    q_tile = ct.load(q, (b, kv_head, 0, 0), (1, 1, BLOCK_G, BLOCK_D), padding_mode=ZERO)
+    q_tile = ct.astype(ct.reshape(q_tile, (BLOCK_G, BLOCK_D)), operand)
+    lo, hi = split_keys(split, b, kv_start, valid_len, SPLIT)
+    m_i = ct.full((BLOCK_G, 1), float("-inf"), ct.float32)
+    l_i = ct.zeros((BLOCK_G, 1), ct.float32)
+    acc = ct.zeros((BLOCK_G, BLOCK_D), ct.float32)
+    # An empty split (wholly past the live cache, or inside the left padding) runs at most one tile,
+    # with every key hidden: it keeps (max -inf, sum 0, acc 0).
+    for key_tile in range(lo // BLOCK_N, (hi + BLOCK_N - 1) // BLOCK_N):
+        k_tile = ct.load(k_cache, (b, kv_head, key_tile, 0), (1, 1, BLOCK_N, BLOCK_D), padding_mode=ZERO)
+        v_tile = ct.load(v_cache, (b, kv_head, key_tile, 0), (1, 1, BLOCK_N, BLOCK_D), padding_mode=ZERO)
+        k_tile = ct.astype(ct.reshape(k_tile, (BLOCK_N, BLOCK_D)), operand)
+        scores = ct.mma(q_tile, ct.transpose(k_tile), ct.zeros((BLOCK_G, BLOCK_N), ct.float32)) * qk_scale
+        keys = key_tile * BLOCK_N + ct.arange(BLOCK_N, dtype=ct.int32)
+        visible = (keys[None, :] >= lo) & (keys[None, :] < hi)
+        acc, m_i, l_i = online_softmax_step(acc, m_i, l_i, scores, ct.reshape(v_tile, (BLOCK_N, BLOCK_D)), visible,
+                                            TF32)
+    if DIRECT:
+        out = acc / ct.where(l_i == 0.0, 1.0, l_i)
+        ct.store(o, (b, kv_head, 0, 0), ct.reshape(ct.astype(out, o.dtype), (1, 1, BLOCK_G, BLOCK_D)))
+    else:
+        ct.store(part_m, (b, kv_head, split, 0), ct.reshape(m_i, (1, 1, 1, BLOCK_G)))
+        ct.store(part_l, (b, kv_head, split, 0), ct.reshape(l_i, (1, 1, 1, BLOCK_G)))
+        ct.store(part_acc, (b, kv_head, split, 0, 0), ct.reshape(acc, (1, 1, 1, BLOCK_G, BLOCK_D)))
+
+
+@ct.kernel
+def decode_combine_kernel(part_m, part_l, part_acc, o, BLOCK_S: ct.Constant[int], BLOCK_G: ct.Constant[int],
+                          BLOCK_D: ct.Constant[int]):
+    """Merge the splits of one (batch, kv head): softmax over their union. Grid (B * Hkv,).
+    An empty split holds (max -inf, sum 0, acc 0) and weighs 0; so does the padding past n_splits."""
+    n_kv = part_m.shape[1]
+    b = ct.bid(0) // n_kv
+    kv_head = ct.bid(0) % n_kv
+    m = ct.reshape(ct.load(part_m, (b, kv_head, 0, 0), (1, 1, BLOCK_S, BLOCK_G), padding_mode=NEG_INF),
+                   (BLOCK_S, BLOCK_G))
+    l_s = ct.reshape(ct.load(part_l, (b, kv_head, 0, 0), (1, 1, BLOCK_S, BLOCK_G), padding_mode=ZERO),
+                     (BLOCK_S, BLOCK_G))
+    acc = ct.reshape(ct.load(part_acc, (b, kv_head, 0, 0, 0), (1, 1, BLOCK_S, BLOCK_G, BLOCK_D), padding_mode=ZERO),
+                     (BLOCK_S, BLOCK_G, BLOCK_D))
+    m_max = ct.max(m, axis=0, keepdims=True)
+    m_max = ct.where(m_max == float("-inf"), 0.0, m_max)
+    weight = ct.exp2(m - m_max)
+    total = ct.sum(weight * l_s, axis=0)
+    total = ct.where(total == 0.0, 1.0, total)
+    out = ct.sum(weight[:, :, None] * acc, axis=0) / total[:, None]
+    ct.store(o, (b, kv_head, 0, 0), ct.reshape(ct.astype(out, o.dtype), (1, 1, BLOCK_G, BLOCK_D)))
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, valid_len: torch.Tensor,
+                     kv_start: torch.Tensor, scale: float, out: torch.Tensor, *, precision: str,
+                     split_size: int | None = None) -> torch.Tensor:
+    """Attention of one new token per row over the KV cache, into out; returns out.
+
+    q, out: (B, Hq, D) with contiguous rows (a (B, 1, Hq, D) buffer viewed so); k_cache, v_cache:
+    (B, Hkv, Tmax, D); valid_len: int32 (1,) live slots (the token just written included); kv_start:
+    int32 (B,) left padding. The grid depends on Tmax only, so the launch can be captured in a CUDA
+    graph. split_size: cache slots per block, rounded up to a power of two (default 128 on a GPU, the
+    whole cache in the emulator).
+    """
+    B, Hq, D = q.shape
+    _, Hkv, Tmax, _ = k_cache.shape
+    if k_cache.shape != v_cache.shape or k_cache.shape[0] != B or k_cache.shape[3] != D or Hq % Hkv:
+        raise ValueError(f"decode_attention: q {tuple(q.shape)} and caches {tuple(k_cache.shape)} do not fit")
+    if not (q.is_contiguous() and out.is_contiguous() and k_cache.stride(3) == v_cache.stride(3) == 1):
+        raise ValueError("decode_attention: q and out must be contiguous, the caches' channels too")
+    group = Hq // Hkv
+    # A split is a whole number of key tiles, and tiles are powers of two.
+    split_size = next_power_of_2(split_size or (Tmax if EMULATED else 128))
+    n_splits = cdiv(Tmax, split_size)
+    direct = n_splits == 1
+    block_g, block_d = next_power_of_2(group), max(16, next_power_of_2(D))
+    block_n = min(split_size, 64 if not EMULATED else split_size)
+    q_groups = q.view(B, Hkv, group, D)
+    o_groups = out.view(B, Hkv, group, D)
+    parts = 1 if direct else n_splits
+    part_m = torch.empty((B, Hkv, parts, group), dtype=torch.float32, device=q.device)
+    part_l = torch.empty_like(part_m)
+    part_acc = torch.empty((B, Hkv, parts, group, D), dtype=torch.float32, device=q.device)
+    tf32 = precision == "tf32"
+    launch((n_splits, B * Hkv), decode_attention_kernel, q_groups, k_cache, v_cache, valid_len, kv_start, part_m,
+           part_l, part_acc, o_groups, float(scale * LOG2E), direct, tf32, split_size, block_g, block_n, block_d)
+    if not direct:
+        launch((B * Hkv,), decode_combine_kernel, part_m, part_l, part_acc, o_groups, next_power_of_2(n_splits),
+               block_g, block_d)
+    return out
+
+
+# ==================================================================================================
+# Self-check: python glm_asr_cutile_example/fast_attention.py  (without a GPU: the cuTile emulator)
+# ==================================================================================================
+
+
+def torch_attention(q, k, v, scale, causal=False, kv_start=None):
+    """Reference on (B, H, T, D) tensors in fp64: GQA by repetition, causal and left-padding masks;
+    a query with no visible key gives zeros."""
+    group = q.shape[1] // k.shape[1]
+    k = k.double().repeat_interleave(group, 1)
+    v = v.double().repeat_interleave(group, 1)
+    scores = q.double() @ k.transpose(-1, -2) * scale
+    Tq, Tk = scores.shape[-2:]
+    keys = torch.arange(Tk, device=q.device)
+    hidden = torch.zeros(scores.shape, dtype=torch.bool, device=q.device)
+    if causal:
+        hidden |= keys[None, :] > torch.arange(Tq, device=q.device)[:, None]
+    if kv_start is not None:
+        hidden |= keys[None, None, None, :] < kv_start.to(q.device)[:, None, None, None]
+    probs = torch.softmax(scores.masked_fill(hidden, float("-inf")), -1).nan_to_num(0.0)
+    return probs @ v
+
+
+def _self_check():
+    from glm_asr_common.teaching import SelfCheck
+
+    check = SelfCheck("fast_attention.py", EMULATED, cpu_runner="cuTile emulator", decorator="@ct.kernel")
+    on_gpu, dev = check.on_gpu, check.device
+    torch.manual_seed(0)
+    dt = torch.bfloat16
+    T_enc, T_dec, T_max = (1500, 400, 1024) if on_gpu else (75, 40, 48)
+
+    # Encoder: q, k, v are head views of one fused (1, T, 3 * 20 * 64) projection output.
+    qkv = torch.randn(1, T_enc, 3, 20, 64, device=dev, dtype=dt)
+    q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
+    out = torch.empty(1, T_enc, 20, 64, device=dev, dtype=dt).transpose(1, 2)
+    scale = 64 ** -0.5
+    check.check("flash_attention[encoder]", lambda: flash_attention(q, k, v, scale, out, causal=False,
+                                                                    precision="tf32"),
+                lambda: torch_attention(q, k, v, scale), f"{tuple(q.shape)} bf16", 2e-2)
+
+    # Decoder prefill from the caches: GQA 16 / 4, head_dim 128, one left-padded row.
+    B, Hq, Hkv, D = 2, 16, 4, 128
+    scale = D ** -0.5
+    kv_start = torch.tensor([0, 7], dtype=torch.int32, device=dev)
+    qp = torch.randn(B, T_dec, Hq, D, device=dev, dtype=dt).transpose(1, 2)
+    k_cache, v_cache = (torch.randn(B, Hkv, T_max, D, device=dev, dtype=dt) for _ in range(2))
+    out = torch.empty(B, T_dec, Hq, D, device=dev, dtype=dt).transpose(1, 2)
+    check.check("flash_attention[prefill]",
+                lambda: flash_attention(qp, k_cache[:, :, :T_dec], v_cache[:, :, :T_dec], scale, out, causal=True,
+                                        precision="tf32", kv_start=kv_start),
+                lambda: torch_attention(qp, k_cache[:, :, :T_dec], v_cache[:, :, :T_dec], scale, True, kv_start),
+                f"{tuple(qp.shape)} bf16", 2e-2)
+
+    # Decode: one token against T_dec + 1 live slots, split in several parts and in one.
+    q1 = torch.randn(B, Hq, D, device=dev, dtype=dt)
+    valid = torch.tensor([T_dec + 1], dtype=torch.int32, device=dev)
+    out1 = torch.empty(B, Hq, D, device=dev, dtype=dt)
+
+    def reference():
+        return torch_attention(q1[:, :, None], k_cache[:, :, :T_dec + 1], v_cache[:, :, :T_dec + 1], scale,
+                               kv_start=kv_start)[:, :, 0]
+
+    for split in ((128 if on_gpu else 16), T_max):
+        check.check(f"decode_attention[split {split}]",
+                    lambda split=split: decode_attention(q1, k_cache, v_cache, valid, kv_start, scale, out1,
+                                                         precision="tf32", split_size=split),
+                    reference, f"({B}, {Hq}, {T_max}, {D}) bf16", 2e-2, graph=on_gpu)
+    check.finish()
+
+
+if __name__ == "__main__":
+    _self_check()

@@ -1,0 +1,327 @@
+"""The cuTile fast path's linear layers: a tensor-core GEMM and a one-row GEMV, with fused epilogues.
+
+    gemm_kernel   one (BLOCK_M, BLOCK_N) output tile of x @ W^T through ct.mma; the epilogue adds the
+                  bias, applies the exact GELU, adds the result into ``out`` (the residual stream,
+                  updated in place) or, GATED, accumulates the gate and up products of [gate; up] in
+                  the same K loop and stores silu(gate) * up
+    gemv_kernel   BLOCK_N outputs of one row (decode) on the CUDA cores: the weight is streamed once,
+                  every element used once. Its prologue can compute the input from what the previous
+                  kernel would have produced (RMSNorm of the row, or silu(gate) * up), its epilogue adds
+                  into ``out`` (the residual)
+
+``linear``, ``llama_mlp`` and ``rms_linear`` pick the kernel and its tiles (``linear_tiles``). Every
+kernel rounds to the activation dtype where transformers materialises a tensor (a Linear's output
+before GELU or the residual add, SwiGLU's four roundings), so bf16 greedy decoding follows it.
+
+cuTile arrays passed to one kernel must not overlap, so an in-place residual add is not "residual
++ y into out" with residual and out the same tensor: the kernel reads ``out``'s tile and writes it
+back (ACCUMULATE).
+
+Self-check: python glm_asr_cutile_example/fast_linear.py  (without a GPU: the cuTile emulator)
+"""
+
+import time
+
+import torch
+
+if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fast_linear.py
+    from _script import package_of
+
+    __package__ = package_of(__file__)
+
+from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
+
+from ._tile_helpers import as_rows, cdiv, erf, next_power_of_2, round_as  # noqa: E402
+
+ZERO = ct.PaddingMode.ZERO
+EMULATED = MODE != "gpu"
+
+# gemv_kernel's prologues: what the weight multiplies.
+AS_STORED, RMSNORM, SWIGLU = 0, 1, 2
+
+
+def swiglu(gate, up, dtype):
+    """silu(gate) * up from fp32 tiles, rounded where HF's LlamaMLP rounds: the gate and up Linear
+    outputs, silu(gate), and (at the caller's store) the product."""
+    gate = round_as(gate, dtype)
+    up = round_as(up, dtype)
+    return round_as(gate / (1.0 + ct.exp(-gate)), dtype) * up
+
+
+def linear_epilogue(acc, bias, out, row_tile, col_tile, HAS_BIAS, GELU, ACCUMULATE, BLOCK_M, BLOCK_N):
+    """[out +] [gelu](acc [+ bias]) as out's dtype, rounded where torch rounds."""
+    y = acc
+    if HAS_BIAS:
+        y = y + ct.astype(ct.load(bias, (col_tile,), (BLOCK_N,), padding_mode=ZERO), ct.float32)[None, :]
+    if GELU:
+        # nn.Linear hands GELU an output already rounded to the activation dtype.
+        y = round_as(y, out.dtype)
+        y = 0.5 * y * (1.0 + erf(y * 0.7071067811865476))
+    if ACCUMULATE:
+        residual = ct.load(out, (row_tile, col_tile), (BLOCK_M, BLOCK_N), padding_mode=ZERO)
+        y = round_as(y, out.dtype) + ct.astype(residual, ct.float32)
+    return ct.astype(y, out.dtype)
+
+
+@ct.kernel
+def gemm_kernel(x, w, bias, out, HAS_BIAS: ct.Constant[bool], GELU: ct.Constant[bool],
+                ACCUMULATE: ct.Constant[bool], GATED: ct.Constant[bool], TF32: ct.Constant[bool],
+                BLOCK_M: ct.Constant[int], BLOCK_N: ct.Constant[int], BLOCK_K: ct.Constant[int]):
+    """out tile (i, j) = epilogue(x @ W^T); x (M, K), W (N, K) (GATED: (2N, K), rows [gate; up]),
+    out (M, N). Grid (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)). fp32 operands go to the tensor cores as
+    tfloat32 when TF32, else they stay IEEE fp32."""
+    row_tile = ct.bid(0)
+    col_tile = ct.bid(1)
+    operand = ct.tfloat32 if TF32 and x.dtype == ct.float32 else x.dtype
+    acc = ct.zeros((BLOCK_M, BLOCK_N), ct.float32)
+    if GATED:
+        n_out = out.shape[1]
+        gate_w = w.slice(0, 0, n_out)
+        up_w = w.slice(0, n_out, 2 * n_out)
+        acc_up = ct.zeros((BLOCK_M, BLOCK_N), ct.float32)
+    for k in range(ct.num_tiles(x, 1, (BLOCK_M, BLOCK_K))):
+        x_tile = ct.astype(ct.load(x, (row_tile, k), (BLOCK_M, BLOCK_K), padding_mode=ZERO), operand)
+        if GATED:
+            g_tile = ct.load(gate_w, (col_tile, k), (BLOCK_N, BLOCK_K), padding_mode=ZERO)
+            u_tile = ct.load(up_w, (col_tile, k), (BLOCK_N, BLOCK_K), padding_mode=ZERO)
+            acc = ct.mma(x_tile, ct.transpose(ct.astype(g_tile, operand)), acc)
+            acc_up = ct.mma(x_tile, ct.transpose(ct.astype(u_tile, operand)), acc_up)
+        else:
+            w_tile = ct.load(w, (col_tile, k), (BLOCK_N, BLOCK_K), padding_mode=ZERO)
+            acc = ct.mma(x_tile, ct.transpose(ct.astype(w_tile, operand)), acc)
+    if GATED:
+        ct.store(out, (row_tile, col_tile), ct.astype(swiglu(acc, acc_up, out.dtype), out.dtype))
+    else:
+        ct.store(out, (row_tile, col_tile),
+                 linear_epilogue(acc, bias, out, row_tile, col_tile, HAS_BIAS, GELU, ACCUMULATE, BLOCK_M, BLOCK_N))
+
+
+def gemv_input(x, norm_weight, row, k, inv_rms, up_half, PROLOGUE, BLOCK_K):
+    """The (1, BLOCK_K) fp32 input tile k of row ``row`` after the prologue (see gemv_kernel)."""
+    values = ct.astype(ct.load(x, (row, k), (1, BLOCK_K), padding_mode=ZERO), ct.float32)
+    if PROLOGUE == RMSNORM:
+        weight = ct.astype(ct.load(norm_weight, (k,), (BLOCK_K,), padding_mode=ZERO), ct.float32)
+        values = round_as(round_as(values * inv_rms, x.dtype) * weight[None, :], x.dtype)
+    if PROLOGUE == SWIGLU:
+        up = ct.astype(ct.load(up_half, (row, k), (1, BLOCK_K), padding_mode=ZERO), ct.float32)
+        values = round_as(swiglu(values, up, x.dtype), x.dtype)
+    return values
+
+
+def inverse_rms(x, row, eps, BLOCK_K):
+    """1 / sqrt(mean(x[row]^2) + eps) in fp32, over the row's x.shape[1] values."""
+    squares = ct.zeros((1, BLOCK_K), ct.float32)
+    for k in range(ct.num_tiles(x, 1, (1, BLOCK_K))):
+        values = ct.astype(ct.load(x, (row, k), (1, BLOCK_K), padding_mode=ZERO), ct.float32)
+        squares = squares + values * values
+    return ct.rsqrt(ct.sum(squares) / x.shape[1] + eps)
+
+
+def gemv_rows(x, w, norm_weight, row, first_row_tile, eps, PROLOGUE, BLOCK_N, BLOCK_K):
+    """(1, BLOCK_N) fp32 sums over K of W[rows] * input[row] for the BLOCK_N weight rows of tile
+    ``first_row_tile``; the input is x's row after PROLOGUE. Lane-wise partial sums, one reduction
+    after the loop."""
+    inv_rms = 0.0
+    if PROLOGUE == RMSNORM:
+        inv_rms = inverse_rms(x, row, eps, BLOCK_K)
+    source = x
+    up_half = x
+    if PROLOGUE == SWIGLU:
+        # Both halves as views of their own extent, so the last tile of the gate pads with zeros
+        # instead of reading the first up values.
+        source = x.slice(1, 0, w.shape[1])
+        up_half = x.slice(1, w.shape[1], 2 * w.shape[1])
+    acc = ct.zeros((BLOCK_N, BLOCK_K), ct.float32)
+    for k in range(ct.num_tiles(w, 1, (BLOCK_N, BLOCK_K))):
+        values = gemv_input(source, norm_weight, row, k, inv_rms, up_half, PROLOGUE, BLOCK_K)
+        w_tile = ct.astype(ct.load(w, (first_row_tile, k), (BLOCK_N, BLOCK_K), padding_mode=ZERO), ct.float32)
+        acc = acc + w_tile * values
+    return ct.reshape(ct.sum(acc, axis=1), (1, BLOCK_N))
+
+
+@ct.kernel
+def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], HAS_BIAS: ct.Constant[bool],
+                GELU: ct.Constant[bool], ACCUMULATE: ct.Constant[bool], BLOCK_N: ct.Constant[int],
+                BLOCK_K: ct.Constant[int]):
+    """out[r, tile j] = epilogue(W[tile j] . prologue(x[r])) for the rows r of a decode step.
+
+    x: (R, K) (SWIGLU: (R, 2K) holding [gate | up]); W: (N, K); out: (R, N). Grid (cdiv(N, BLOCK_N), R):
+    each row re-reads the weight, which is why it serves one or two rows, not a batch.
+    PROLOGUE RMSNORM multiplies rmsnorm(x[r]) * norm_weight (eps: fp32), recomputed by every block
+    from the few kilobytes of the row, instead of a separate launch and a round trip through memory.
+    """
+    col_tile = ct.bid(0)
+    row = ct.bid(1)
+    total = gemv_rows(x, w, norm_weight, row, col_tile, eps, PROLOGUE, BLOCK_N, BLOCK_K)
+    ct.store(out, (row, col_tile), linear_epilogue(total, bias, out, row, col_tile, HAS_BIAS, GELU, ACCUMULATE,
+                                                   1, BLOCK_N))
+
+
+# Rows up to which the one-row GEMV serves (it reads the weight once per row).
+GEMV_MAX_ROWS = 2
+
+
+def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype) -> tuple[str, tuple[int, ...]]:
+    """("gemv", (BLOCK_N, BLOCK_K)) or ("gemm", (BLOCK_M, BLOCK_N, BLOCK_K)) for one problem size.
+
+    K steps are counted in bytes where the dtype matters (fp32 tiles move as many bytes as bf16
+    ones). The emulator pays per block and per tile operation, not per element: there it takes the
+    fewest, largest tiles."""
+    if EMULATED:
+        if M <= GEMV_MAX_ROWS:
+            return "gemv", (min(next_power_of_2(N), 256), min(next_power_of_2(K), 512))
+        return "gemm", (min(next_power_of_2(M), 512), min(next_power_of_2(N), 256), min(next_power_of_2(K), 256))
+    step = 128 // dtype.itemsize
+    if M <= GEMV_MAX_ROWS:
+        # 8 weight rows x 1 KiB per step: every thread keeps several 16-byte loads in flight.
+        return "gemv", (8, 1024 // dtype.itemsize)
+    if M <= 16:
+        return "gemm", (16, 64, 2 * step)
+    if M <= 64:
+        # Still bound by reading the weight once: narrow column tiles give the SMs enough blocks.
+        return "gemm", (64, 32, 2 * step)
+    return "gemm", (128, 128, step)
+
+
+def _rows_of(t: torch.Tensor, what: str) -> torch.Tensor:
+    rows = as_rows(t)
+    if rows.stride(1) != 1:
+        raise ValueError(f"{what}: the last dim must be contiguous, got strides {tuple(t.stride())}")
+    return rows
+
+
+def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, prologue=AS_STORED,
+            norm_weight=None, eps=0.0, precision="tf32", tiles=None):
+    rows = _rows_of(x, "linear x")
+    M, K_in = rows.shape
+    K = K_in // 2 if prologue == SWIGLU else K_in
+    N = weight.shape[0] // 2 if gated else weight.shape[0]
+    if weight.shape[1] != K or weight.stride(1) != 1 or weight.dtype != x.dtype:
+        raise ValueError(f"linear: weight {tuple(weight.shape)} {weight.dtype} does not fit x {tuple(x.shape)} "
+                         f"{x.dtype} or its rows are not contiguous")
+    if precision not in ("tf32", "ieee"):
+        raise ValueError(f"linear: precision must be 'tf32' or 'ieee', got {precision!r}")
+    if out is None:
+        out = torch.empty((*x.shape[:-1], N), dtype=x.dtype, device=x.device)
+    out_rows = _rows_of(out, "linear out")
+    kind, tile = tiles or linear_tiles(M, N, K, x.dtype)
+    # Unused array arguments get any array of the right kind: the constant flags compile their loads away.
+    bias_arg = weight[0] if bias is None else bias
+    if kind == "gemv":
+        if gated:
+            raise ValueError("gemv_kernel has no gated epilogue: llama_mlp splits it into two GEMVs")
+        block_n, block_k = tile
+        launch((cdiv(N, block_n), M), gemv_kernel, rows, weight, bias_arg,
+               weight[0] if norm_weight is None else norm_weight, out_rows, float(eps), prologue, bias is not None,
+               gelu, accumulate, block_n, block_k)
+        return out
+    if prologue != AS_STORED:
+        raise ValueError("the RMSNorm / SwiGLU prologues belong to the one-row GEMV")
+    block_m, block_n, block_k = tile
+    launch((cdiv(M, block_m), cdiv(N, block_n)), gemm_kernel, rows, weight, bias_arg, out_rows, bias is not None,
+           gelu, accumulate, gated, precision == "tf32", block_m, block_n, block_k)
+    return out
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, gelu: bool = False,
+           accumulate_into: torch.Tensor | None = None, precision: str, tiles=None) -> torch.Tensor:
+    """[accumulate_into +] [gelu](x @ weight^T + bias), in x.dtype.
+
+    x: (..., K) rows with a contiguous last dim; weight: (N, K), nn.Linear layout. accumulate_into:
+    (..., N), updated in place and returned (a residual stream). precision: "tf32" or "ieee" for fp32
+    operands (glm_asr_common/precision.py), ignored for bf16. tiles: linear_tiles' choice overridden.
+    """
+    return _launch(x, weight, bias, accumulate_into, gelu=gelu, accumulate=accumulate_into is not None,
+                   precision=precision, tiles=tiles)
+
+
+def rms_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor, *, precision: str,
+               rmsnorm) -> torch.Tensor:
+    """rmsnorm(x) @ weight^T: the RMSNorm inside the GEMV for a decode row, else ``rmsnorm`` (the
+    course launcher) then the GEMM."""
+    if as_rows(x).shape[0] <= GEMV_MAX_ROWS:
+        return _launch(x, weight, None, None, prologue=RMSNORM, norm_weight=norm_weight, eps=eps, precision=precision)
+    return linear(rmsnorm(x, norm_weight, eps), weight, precision=precision)
+
+
+def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_weight: torch.Tensor,
+              down_weight: torch.Tensor, *, precision: str, rmsnorm) -> torch.Tensor:
+    """The decoder layer's second half, in place: x += down(silu(gate(h)) * up(h)), h = rmsnorm(x).
+
+    gate_up_weight: (2F, H), rows [gate_proj; up_proj]. For decode rows, two GEMVs: [gate | up] of
+    the normalised row (RMSNorm in the prologue), then down with SwiGLU in its prologue and the
+    residual in its epilogue. For more rows: rmsnorm, the gated GEMM (SwiGLU epilogue), down (+ x).
+    """
+    if as_rows(x).shape[0] <= GEMV_MAX_ROWS:
+        gate_up = _launch(x, gate_up_weight, None, None, prologue=RMSNORM, norm_weight=norm_weight, eps=eps,
+                          precision=precision)
+        return _launch(gate_up, down_weight, None, x, accumulate=True, prologue=SWIGLU, precision=precision)
+    activated = _launch(rmsnorm(x, norm_weight, eps), gate_up_weight, None, None, gated=True, precision=precision)
+    return linear(activated, down_weight, accumulate_into=x, precision=precision)
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-check: each launcher against plain torch on fresh random inputs
+# ---------------------------------------------------------------------------------------------
+
+
+def _self_check():
+    from glm_asr_common.teaching import SelfCheck
+
+    from .layers import rmsnorm
+
+    check = SelfCheck("fast_linear.py", EMULATED, cpu_runner="cuTile emulator", decorator="@ct.kernel")
+    on_gpu, dev = check.on_gpu, check.device
+    gen = torch.Generator().manual_seed(int(time.time()))
+    bf16 = torch.bfloat16
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to(device=dev, dtype=bf16)
+
+    def f32(t):
+        return t.float()
+
+    # The model's sizes on a GPU; small odd stand-ins in the emulator.
+    tokens, E, F_enc, H, F = (1500, 1280, 5120, 2048, 6144) if on_gpu else (33, 40, 48, 96, 80)
+    eps = 1e-5
+    w1, b1, x1 = rand(F_enc, E, scale=E ** -0.5), rand(F_enc), rand(tokens, E)
+    check.check("gemm_kernel[bias, gelu]", lambda: linear(x1, w1, b1, gelu=True, precision="tf32"),
+                lambda: torch.nn.functional.gelu(f32(x1) @ f32(w1).T + f32(b1)), f"{tokens}x{E}->{F_enc} bf16", 1e-2)
+    w2, b2, r2 = rand(E, F_enc, scale=F_enc ** -0.5), rand(E), rand(tokens, E)
+    x2 = rand(tokens, F_enc)
+    out2 = torch.empty_like(r2)
+    check.check("gemm_kernel[bias, residual]", lambda: linear(x2, w2, b2, accumulate_into=out2.copy_(r2),
+                                                              precision="tf32"),
+                lambda: f32(x2) @ f32(w2).T + f32(b2) + f32(r2), f"{tokens}x{F_enc}->{E} bf16", 1e-2)
+    norm_w = rand(H)
+
+    def rms(t):
+        return f32(t) * torch.rsqrt(f32(t).pow(2).mean(-1, keepdim=True) + eps) * f32(norm_w)
+
+    w_gu, w_down = rand(2 * F, H, scale=H ** -0.5), rand(H, F, scale=F ** -0.5)
+
+    def mlp_reference(x):
+        h = rms(x)
+        return f32(x) + (torch.nn.functional.silu(h @ f32(w_gu[:F]).T) * (h @ f32(w_gu[F:]).T)) @ f32(w_down).T
+
+    for rows in (1, 59):
+        x = rand(rows, H, scale=3.0)
+        work = torch.empty_like(x)
+        check.check(f"llama_mlp[M={rows}]",
+                    lambda x=x, work=work: llama_mlp(work.copy_(x), norm_w, eps, w_gu, w_down, precision="tf32",
+                                                     rmsnorm=rmsnorm),
+                    lambda x=x: mlp_reference(x), f"{rows}x{H}->{F}->{H} bf16", 1e-2, graph=on_gpu)
+    x_row = rand(1, H, scale=3.0)
+    w_qkv = rand(3 * H // 2, H, scale=H ** -0.5)
+    check.check("gemv_kernel[rmsnorm prologue]",
+                lambda: rms_linear(x_row, norm_w, eps, w_qkv, precision="tf32", rmsnorm=rmsnorm),
+                lambda: rms(x_row) @ f32(w_qkv).T, f"1x{H}->{3 * H // 2} bf16", 1e-2, graph=on_gpu)
+    x_o, r_o, w_o = rand(1, H), rand(1, H), rand(H, H, scale=H ** -0.5)
+    out_o = torch.empty_like(r_o)
+    check.check("gemv_kernel[residual]", lambda: linear(x_o, w_o, accumulate_into=out_o.copy_(r_o), precision="tf32"),
+                lambda: f32(x_o) @ f32(w_o).T + f32(r_o), f"1x{H}->{H} bf16", 1e-2, graph=on_gpu)
+    check.finish()
+
+
+if __name__ == "__main__":
+    _self_check()
