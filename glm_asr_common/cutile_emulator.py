@@ -1141,6 +1141,10 @@ def launch(stream, grid, kern, args) -> None:
     entry["launches"] += 1
     outer = (_STATE.bid, _STATE.grid)
     _STATE.grid = grid3
+    # Tile operations are small: torch's intra-op threads only contend for the cores (on a shared
+    # 2-core machine a transcription ran 16x slower with them), so blocks run on one thread.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
         for z in range(grid3[2]):
             for y in range(grid3[1]):
@@ -1150,6 +1154,7 @@ def launch(stream, grid, kern, args) -> None:
                         raise CutileEmulatorError(f"{kern.__name__} returned a value: kernels return nothing")
     finally:
         _STATE.bid, _STATE.grid = outer
+        torch.set_num_threads(threads)
 
 
 # ==================================================================================================
