@@ -219,7 +219,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      split_size: int | None = None) -> torch.Tensor:
     """Attention of one new token per row over the KV cache, into out; returns out.
 
-    q, out: (B, Hq, D) with contiguous rows (a (B, 1, Hq, D) buffer viewed so); k_cache, v_cache:
+    q, out: (B, Hq, D), each row's heads contiguous (a row stride of its own is fine: q may be a view
+    into a fused q|k|v output); k_cache, v_cache:
     (B, Hkv, Tmax, D); valid_len: int32 (1,) live slots (the token just written included); kv_start:
     int32 (B,) left padding. The grid depends on Tmax only, so the launch can be captured in a CUDA
     graph. split_size: cache slots per block, rounded up to a power of two (default 128 on a GPU, the
@@ -229,8 +230,12 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     _, Hkv, Tmax, _ = k_cache.shape
     if k_cache.shape != v_cache.shape or k_cache.shape[0] != B or k_cache.shape[3] != D or Hq % Hkv:
         raise ValueError(f"decode_attention: q {tuple(q.shape)} and caches {tuple(k_cache.shape)} do not fit")
-    if not (q.is_contiguous() and out.is_contiguous() and k_cache.stride(3) == v_cache.stride(3) == 1):
-        raise ValueError("decode_attention: q and out must be contiguous, the caches' channels too")
+    for name, t in (("q", q), ("out", out)):
+        if t.shape != (B, Hq, D) or t.stride(2) != 1 or t.stride(1) != D:
+            raise ValueError(f"decode_attention: {name} must be (B, Hq, D) with contiguous heads, got "
+                             f"{tuple(t.shape)} strides {tuple(t.stride())}")
+    if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
+        raise ValueError("decode_attention: the caches' channels must be contiguous")
     group = Hq // Hkv
     # A split is a whole number of key tiles, and tiles are powers of two.
     split_size = next_power_of_2(split_size or (Tmax if EMULATED else 128))

@@ -165,12 +165,14 @@ def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype) -> tuple[str, tuple
     """("gemv", (BLOCK_N, BLOCK_K)) or ("gemm", (BLOCK_M, BLOCK_N, BLOCK_K)) for one problem size.
 
     K steps are counted in bytes where the dtype matters (fp32 tiles move as many bytes as bf16
-    ones). The emulator pays per block and per tile operation, not per element: there it takes the
-    fewest, largest tiles."""
+    ones). The emulator pays per block and per tile operation, not per element: there it takes
+    larger tiles, though none the compile check (which compiles the emulated launches for the GPU)
+    would take long over."""
     if EMULATED:
+        block_k = min(next_power_of_2(K), 128)
         if M <= GEMV_MAX_ROWS:
-            return "gemv", (min(next_power_of_2(N), 256), min(next_power_of_2(K), 512))
-        return "gemm", (min(next_power_of_2(M), 512), min(next_power_of_2(N), 256), min(next_power_of_2(K), 256))
+            return "gemv", (min(next_power_of_2(N), 128), block_k)
+        return "gemm", (min(next_power_of_2(M), 256), min(next_power_of_2(N), 128), block_k)
     step = 128 // dtype.itemsize
     if M <= GEMV_MAX_ROWS:
         # 8 weight rows x 1 KiB per step: every thread keeps several 16-byte loads in flight.

@@ -1,0 +1,157 @@
+"""GLM-ASR on fused cuTile kernels: the cuTile example's fast path (``--path fast``, the default).
+
+The same model as model.py, with the work of several course kernels folded into one launch wherever
+that saves a round trip through memory or a launch. Read top to bottom:
+
+  encode_audio    conv1 / conv2 as unfold + GEMM with the bias and GELU in the epilogue → 32 ×
+                  [LayerNorm → q|k|v GEMM (+bias) → RoPE on q, k → flash attention (non-causal, the
+                  whole 30 s window) → o GEMM (+bias, added into the residual) → LayerNorm → fc1
+                  (+bias, GELU) → fc2 (+bias, added into the residual)] → LayerNorm
+  project_audio   merge 4 frames (a view) → GEMM (+bias, GELU) → GEMM (+bias)
+  decoder_layers  28 × [RMSNorm → q|k|v → RoPE + KV-cache write → attention (causal flash for the
+                  prompt, split flash-decoding for one new token) → o (+residual) → RMSNorm →
+                  gate|up with SwiGLU → down (+residual)]. For one token at batch 1 a layer is five
+                  launches: RMSNorm → q|k|v GEMV → RoPE → cache write in one, attention, o GEMV
+                  (+residual), RMSNorm → gate|up GEMV, SwiGLU → down GEMV (+residual).
+  greedy_head     RMSNorm + lm_head + argmax fused: the logits never reach memory.
+
+Kernels: fast_linear.py (GEMM / GEMV), fast_attention.py, fast_rope.py, fast_head.py; shared with the
+course path: layers.layernorm / rmsnorm, rope.rope_tables / apply_rope, glue (embedding, token
+positions, KV-cache write) and conv's unfolding. glm_asr_common.engine.GreedyModel captures the
+prompt phase and each decode step as CUDA graphs (cuTile launches on the current stream are
+captured) and replays them.
+"""
+
+import torch
+
+from glm_asr_common.config import ModelConfig
+from glm_asr_common.cutile_runtime import launch
+from glm_asr_common.engine import GreedyModel
+from glm_asr_common.precision import Precision
+from glm_asr_common.profiling import region
+
+from ._tile_helpers import cdiv, next_power_of_2
+from .conv import TAPS, conv_unfold_kernel
+from .fast_attention import EMULATED, decode_attention, flash_attention
+from .fast_head import greedy_head
+from .fast_linear import linear, llama_mlp
+from .fast_rope import project_qkv_into_cache
+from .glue import embed_tokens, token_positions
+from .layers import layernorm, rmsnorm
+from .rope import apply_rope, rope_tables
+from .weight_loader import load_weights
+
+
+def conv1d_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: int, *, precision: str):
+    """gelu(conv1d(x, w, bias, stride, padding=1)), kernel 3, time-major (B, T_out, C_out): conv.py's
+    unfolding, then one GEMM with the bias and the exact GELU in its epilogue.
+
+    x: (B, C_in, T_in), any strides (a time-major activation as ``h.transpose(1, 2)``); weight: the
+    (C_out, 3 * C_in) matrix of conv.conv_weight_as_matrix."""
+    B, C_in, T_in = x.shape
+    T_out = (T_in - 1) // stride + 1
+    unfolded = torch.empty((B, T_out, TAPS, C_in), dtype=x.dtype, device=x.device)
+    block_c = min(next_power_of_2(C_in), 128)
+    block_t = min(next_power_of_2(T_out), (16384 if EMULATED else 4096) // block_c)
+    launch((cdiv(T_out, block_t), cdiv(C_in, block_c), B), conv_unfold_kernel, x, unfolded, stride, block_t, block_c)
+    out = linear(unfolded.view(B * T_out, TAPS * C_in), weight, bias, gelu=True, precision=precision)
+    return out.view(B, T_out, -1)
+
+
+class FastGlmAsr(GreedyModel):
+    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str):
+        super().__init__(cfg, device, precision)
+        self.w = load_weights(cfg, weights, self.device, self.dtype)
+        e, d = cfg.encoder, cfg.decoder
+        self.enc_cos, self.enc_sin = rope_tables(e.max_positions, e.rotary_dim, e.rope_theta, self.device)
+        self.dec_cos, self.dec_sin = rope_tables(d.max_positions, d.rotary_dim, d.rope_theta, self.device)
+        # Every window numbers its frames 0, 1, ...: positions from slot 0, no padding.
+        no_offset = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self.enc_positions = token_positions(no_offset, no_offset, e.max_positions)
+        self.dot = self.precision.dot
+
+    # ---- audio encoder ------------------------------------------------------------------------
+    @torch.inference_mode()
+    @region("encoder")
+    def encode_audio(self, features: torch.Tensor) -> torch.Tensor:
+        """(windows, mels, frames) log-mel → (windows, frames/2, hidden) after the final LayerNorm."""
+        w = self.w
+        features = features.to(self.device, self.dtype)
+        with region("encoder.conv"):
+            h = conv1d_gelu(features, w.conv1_weight, w.conv1_bias, 1, precision=self.dot)
+            x = conv1d_gelu(h.transpose(1, 2), w.conv2_weight, w.conv2_bias, 2, precision=self.dot)
+        windows, frames, hidden = x.shape
+        x = x.view(windows * frames, hidden)
+        attn = torch.empty((windows, frames, self.cfg.encoder.num_heads, self.cfg.encoder.head_dim),
+                           dtype=self.dtype, device=self.device)
+        for layer in w.encoder_layers:
+            with region("encoder.layer"):
+                self._encoder_layer(layer, x, attn)
+        with region("encoder.norm"):
+            x = layernorm(x, w.encoder_norm_weight, w.encoder_norm_bias, self.cfg.encoder.layer_norm_eps)
+        return x.view(windows, frames, hidden)
+
+    def _encoder_layer(self, layer, x, attn):
+        """One layer over the residual stream x (windows · frames, hidden), updated in place; attn:
+        a (windows, frames, heads, head_dim) buffer."""
+        e = self.cfg.encoder
+        windows, frames, heads, head_dim = attn.shape
+        h = layernorm(x, layer.ln1_weight, layer.ln1_bias, e.layer_norm_eps)
+        qkv = linear(h, layer.qkv_weight, layer.qkv_bias, precision=self.dot).view(windows, frames, 3 * heads, head_dim)
+        apply_rope(qkv[:, :, :2 * heads], self.enc_cos, self.enc_sin, self.enc_positions[:, :frames], e.rotary_dim)
+        q, k, v = (qkv[:, :, i * heads:(i + 1) * heads].transpose(1, 2) for i in range(3))  # (W, H, T, D) views
+        flash_attention(q, k, v, head_dim ** -0.5, attn.transpose(1, 2), causal=False, precision=self.dot)
+        linear(attn.view(windows * frames, -1), layer.o_weight, layer.o_bias, accumulate_into=x, precision=self.dot)
+        h = layernorm(x, layer.ln2_weight, layer.ln2_bias, e.layer_norm_eps)
+        h = linear(h, layer.fc1_weight, layer.fc1_bias, gelu=True, precision=self.dot)
+        linear(h, layer.fc2_weight, layer.fc2_bias, accumulate_into=x, precision=self.dot)
+
+    @torch.inference_mode()
+    def project_audio(self, encoded: torch.Tensor) -> torch.Tensor:
+        """Concatenate each 4 consecutive frames (a free view), then Linear·GELU·Linear."""
+        windows, frames, _ = encoded.shape
+        merged = encoded.reshape(windows * frames // self.cfg.merge_factor, self.cfg.encoder.intermediate_size)
+        with region("projector"):
+            h = linear(merged, self.w.projector_1_weight, self.w.projector_1_bias, gelu=True, precision=self.dot)
+            out = linear(h, self.w.projector_2_weight, self.w.projector_2_bias, precision=self.dot)
+        return out.view(windows, frames // self.cfg.merge_factor, -1)
+
+    # ---- text decoder -------------------------------------------------------------------------
+    def embed(self, ids, audio_rows, audio_index):
+        return embed_tokens(ids, self.w.embed_tokens, audio_rows, audio_index)
+
+    def decoder_layers(self, x, state, tokens: int, decode: bool):
+        """x (batch·tokens, hidden) holds cache slots cache_pos … cache_pos + tokens − 1."""
+        d = self.cfg.decoder
+        Hq, Hkv, D = d.num_heads, d.num_kv_heads, d.head_dim
+        positions = token_positions(state.cache_pos, state.kv_start, tokens)
+        q_buffer = torch.empty((1, 1, Hq, D), dtype=self.dtype, device=self.device)
+        attn = torch.empty((state.batch, tokens, Hq, D), dtype=self.dtype, device=self.device)
+        for layer, k_cache, v_cache in zip(self.w.decoder_layers, state.k_cache, state.v_cache):
+            with region("decoder.layer"):
+                q = project_qkv_into_cache(x, layer.qkv_weight, layer.ln1_weight, d.rms_norm_eps, Hq, Hkv, D,
+                                           self.dec_cos, self.dec_sin, d.rotary_dim, positions, k_cache, v_cache,
+                                           state.cache_pos, state.kv_start, q_buffer, precision=self.dot)
+                if decode:
+                    decode_attention(q[:, 0], k_cache, v_cache, state.valid_len, state.kv_start, D ** -0.5,
+                                     attn[:, 0], precision=self.dot)
+                else:
+                    # The prompt was just written to cache slots 0 .. tokens - 1: its keys.
+                    flash_attention(q.transpose(1, 2), k_cache[:, :, :tokens], v_cache[:, :, :tokens], D ** -0.5,
+                                    attn.transpose(1, 2), causal=True, precision=self.dot, kv_start=state.kv_start)
+                linear(attn.view(state.batch * tokens, Hq * D), layer.o_weight, accumulate_into=x, precision=self.dot)
+                llama_mlp(x, layer.ln2_weight, d.rms_norm_eps, layer.gate_up_weight, layer.down_weight,
+                          precision=self.dot, rmsnorm=rmsnorm)
+        return x
+
+    def logits(self, hidden):
+        normed = rmsnorm(hidden, self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps)
+        return linear(normed, self.w.lm_head, precision=self.dot)
+
+    def greedy_head(self, last_hidden, state):
+        greedy_head(last_hidden, self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps, self.w.lm_head,
+                    self.eos_ids, state.ban_eos, state.token_ids)
+
+
+def load_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str) -> FastGlmAsr:
+    return FastGlmAsr(cfg, weights, device, precision)
