@@ -5,9 +5,19 @@
     attention_output_kernel   O = P V
 
 Each sits above its launcher (``attention_scores``, ``softmax_inplace``, ``attention_output``);
-``encoder_attention`` composes the three for the encoder's 20 heads over a 30 s window. q, k and v
-arrive as (B, H, T, D) views of a fused QKV output (any strides, contiguous head channels); a kernel
-loads a (1, 1, BLOCK_M, BLOCK_D) tile of such an array and reshapes it to (BLOCK_M, BLOCK_D).
+below them, the two compositions the model calls:
+
+    encoder_attention(q, k, v, scale, out, precision)
+        the encoder's 20 heads over the whole 30 s window, no mask; the (windows, heads, 1500, 1500)
+        fp32 scores are normalised in place.
+    decoder_attention(q, k_cache, v_cache, scale, out, ..., precision)
+        the decoder over its KV cache, prefill (causal) and decode steps alike, GQA by a 0 stride;
+        the probabilities come from softmax_kernel (layers.py), out of place; glue.mask_scores hides
+        left padding and the cache slots past the live length.
+
+q, k and v arrive as (B, H, T, D) views of a fused QKV output or of the cache (any strides,
+contiguous head channels); a kernel loads a (1, 1, BLOCK_M, BLOCK_D) tile of such an array and
+reshapes it to (BLOCK_M, BLOCK_D).
 
 The (..., Tq, Tk) scores go to memory and come back twice: fused flash attention never writes them.
 That difference is worth measuring.
@@ -25,6 +35,8 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/att
 from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
 
 from ._tile_helpers import cdiv, next_power_of_2, rows_per_block  # noqa: E402
+from .glue import mask_scores  # noqa: E402
+from .layers import softmax  # noqa: E402
 
 ZERO = ct.PaddingMode.ZERO
 NEG_INF = ct.PaddingMode.NEG_INF
@@ -179,11 +191,46 @@ def attention_output(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None 
     return out
 
 
+# ==================================================================================================
+# The model's attention, from the three course kernels
+# ==================================================================================================
+
+
 def encoder_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, out: torch.Tensor, *,
                       precision: str = "tf32") -> torch.Tensor:
     """softmax(q k^T * scale) v over every frame of each window: q, k, v, out (W, H, T, D) views."""
     probs = softmax_inplace(attention_scores(q, k, scale, precision=precision))
     return attention_output(probs, v, out, precision=precision)
+
+
+def decoder_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float,
+                      out: torch.Tensor, *, causal: bool, n_keys: int, row_start: torch.Tensor,
+                      first_slot: torch.Tensor, valid_len: torch.Tensor, precision: str) -> torch.Tensor:
+    """Attention of the new tokens' query heads over cache slots [0, n_keys), into out.
+
+    q: (B, T, Hq, D), token-major (the q heads of the fused QKV output, a view); k_cache, v_cache:
+    (B, Hkv, Tmax, D); out: (B, T, Hq, D), token-major, so the o projection reads it as rows.
+    causal: prefill (query t sits in slot t, n_keys = T). Otherwise (decode) every slot up to the
+    cache's static length is scored and glue.mask_scores hides those at or past valid_len (int32
+    device tensor (1,)), so the launch shapes never change between steps. row_start (int32 (B,)):
+    keys below it are a row's left padding; first_slot (int32 (1,)): the first query's slot.
+
+    GQA without copying: for each batch row, the query heads are seen as (Hkv, group, T, D) and
+    each kv head as (Hkv, group, n_keys, D) through a group stride of 0, so the course kernels'
+    (batch, head) grid runs over (kv head, query head of its group). The probabilities come from
+    softmax_kernel (layers.py), out of place.
+    """
+    B, T, Hq, D = q.shape
+    Hkv = k_cache.shape[1]
+    group = Hq // Hkv
+    for b in range(B):
+        q_heads = q[b].view(T, Hkv, group, D).permute(1, 2, 0, 3)
+        k = k_cache[b, :, None, :n_keys].expand(Hkv, group, n_keys, D)
+        v = v_cache[b, :, None, :n_keys].expand(Hkv, group, n_keys, D)
+        scores = attention_scores(q_heads, k, scale, causal, precision=precision)
+        mask_scores(scores, row_start[b:b + 1], first_slot, valid_len)
+        attention_output(softmax(scores), v, out[b].view(T, Hkv, group, D).permute(1, 2, 0, 3), precision=precision)
+    return out
 
 
 # ==================================================================================================

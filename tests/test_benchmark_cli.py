@@ -255,13 +255,29 @@ def test_shell_wrapper_rejects_unknown_folder():
     assert "unknown folder" in result.stderr and "glm_asr_scratch" in result.stderr
 
 
-def test_placeholder_folder_says_so(capsys):
-    assert_usage_error(["glm_asr_cutile_example"], capsys, "placeholder", "glm_asr_cutile_example/README.md")
+@pytest.fixture
+def repo_with_placeholder(tmp_path):
+    """A copy of the wrapper scripts beside a track folder that has a README but no model.py yet."""
+    (tmp_path / "utils").mkdir()
+    for script in ("benchmark.sh", "utils/folder_wrapper.sh", "utils/python.sh"):
+        shutil.copy(REPO / script, tmp_path / script)
+    (tmp_path / "glm_asr_future").mkdir()
+    (tmp_path / "glm_asr_future" / "README.md").write_text("coming later\n")
+    return tmp_path
 
 
-def test_shell_wrapper_explains_placeholder():
-    result = run_shell("glm_asr_cutile_template")
-    assert result.returncode == 2 and "placeholder" in result.stderr
+def test_placeholder_folder_says_so(repo_with_placeholder, monkeypatch, capsys):
+    from glm_asr_common import runtime
+
+    monkeypatch.setattr(runtime, "REPO_ROOT", repo_with_placeholder)
+    assert_usage_error(["glm_asr_future"], capsys, "placeholder", "glm_asr_future/README.md")
+
+
+def test_shell_wrapper_explains_placeholder(repo_with_placeholder):
+    env = dict(os.environ, PYTHON=sys.executable)
+    result = subprocess.run(["bash", str(repo_with_placeholder / "benchmark.sh"), "glm_asr_future"],
+                            capture_output=True, text=True, env=env, cwd=repo_with_placeholder)
+    assert result.returncode == 2 and "placeholder" in result.stderr and "glm_asr_future/README.md" in result.stderr
 
 
 def test_missing_shard(tiny_ckpt_sharded_bf16, tmp_path, capsys):
