@@ -1,0 +1,237 @@
+# Generated from glm_asr_cutile_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
+"""The course's attention kernels for GLM-ASR, in NVIDIA cuTile: the textbook path, three launches.
+
+    attention_scores_kernel   S = Q K^T * scale, fp32      (causal: -inf above the diagonal)
+    softmax_inplace_kernel    P = softmax(S) row by row, in place
+    attention_output_kernel   O = P V
+
+Each sits above its launcher (``attention_scores``, ``softmax_inplace``, ``attention_output``);
+below them, the two compositions the model calls:
+
+    encoder_attention(q, k, v, scale, out, precision)
+        the encoder's 20 heads over the whole 30 s window, no mask; the (windows, heads, 1500, 1500)
+        fp32 scores are normalised in place.
+    decoder_attention(q, k_cache, v_cache, scale, out, ..., precision)
+        the decoder over its KV cache, prefill (causal) and decode steps alike, GQA by a 0 stride;
+        the probabilities come from softmax_kernel (layers.py), out of place; glue.mask_scores hides
+        left padding and the cache slots past the live length.
+
+q, k and v arrive as (B, H, T, D) views of a fused QKV output or of the cache (any strides,
+contiguous head channels); a kernel loads a (1, 1, BLOCK_M, BLOCK_D) tile of such an array and
+reshapes it to (BLOCK_M, BLOCK_D).
+
+The (..., Tq, Tk) scores go to memory and come back twice: fused flash attention never writes them.
+That difference is worth measuring.
+
+Self-check: python glm_asr_cutile_template/attention.py  (without a GPU: the cuTile emulator)
+"""
+
+import torch
+
+if __name__ == "__main__":  # run as a script: python glm_asr_cutile_template/attention.py
+    from _script import package_of
+
+    __package__ = package_of(__file__)
+
+from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.teaching import student_kernel  # noqa: E402
+
+from ._tile_helpers import cdiv, next_power_of_2, rows_per_block  # noqa: E402
+from .glue import mask_scores  # noqa: E402
+from .layers import softmax  # noqa: E402
+
+ZERO = ct.PaddingMode.ZERO
+NEG_INF = ct.PaddingMode.NEG_INF
+
+
+@student_kernel("attention_scores_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#attention_scores_kernel")
+def attention_scores_kernel(q, k, s, scale, CAUSAL: ct.Constant[bool], TF32: ct.Constant[bool],
+                            BLOCK_M: ct.Constant[int], BLOCK_N: ct.Constant[int], BLOCK_D: ct.Constant[int]):
+    """S = Q K^T * scale for one (batch, head) and BLOCK_M query rows, fp32 scores.
+
+    q: (B, H, Tq, D), k: (B, H, Tk, D) arrays (any strides, last dim contiguous; a stride may be 0,
+    e.g. query heads sharing one kv head); s: (B, H, Tq, Tk) fp32; scale: an fp32 scalar.
+    Grid: (cdiv(Tq, BLOCK_M), B * H); block (i, bh), b = bh // H, h = bh % H (H = q.shape[1]), keeps
+    its q tile (b, h, i, 0) of shape (1, 1, BLOCK_M, BLOCK_D) and sweeps the keys in BLOCK_N blocks,
+    storing each (BLOCK_M, BLOCK_N) score tile at (b, h, i, j).
+    CAUSAL: query m sees keys n <= m; store -inf above the diagonal (softmax turns it into 0).
+    Masking: padding_mode=ZERO: query rows past Tq, keys past Tk and channels past D (BLOCK_D is D
+    rounded up to a power of two) read 0.0; the store drops rows >= Tq and keys >= Tk.
+    TF32: fp32 q and k meet the tensor cores as tfloat32 (see linear_kernel_tf32); bf16 as they are.
+    Hint: ct.mma(q_tile, ct.transpose(k_tile), fp32 zeros) accumulates in fp32; multiply by scale
+    after the product. ct.reshape turns the 4-d tiles into matrices and back.
+    """
+    # TODO: write the body, then replace the @student_kernel(...) line with @ct.kernel.
+
+
+@student_kernel("softmax_inplace_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#softmax_inplace_kernel")
+def softmax_inplace_kernel(s, ROWS: ct.Constant[int], BLOCK_N: ct.Constant[int]):
+    """Softmax of the fp32 scores, in place, ROWS rows of n_cols keys per block.
+
+    s: (n_rows, n_cols) fp32 array (the (B, H, Tq, Tk) scores seen as B * H * Tq rows of Tk).
+    Grid: (cdiv(n_rows, ROWS),); block b reads rows b*ROWS .. b*ROWS + ROWS - 1, each whole in a
+    BLOCK_N = next_power_of_2(n_cols) tile, normalises them and stores them back over themselves.
+    Masking: padding_mode=NEG_INF: lanes past n_cols read -inf and add exp(-inf) = 0; causal -inf
+    entries inside a row come out as exactly 0; rows past n_rows come out NaN and are dropped by
+    the store, like the padding lanes.
+    Hint: as softmax_kernel: subtract the row max, exponentiate, divide by the sum. A causal row
+    always keeps its diagonal key, so its max is finite.
+    """
+    # TODO: write the body, then replace the @student_kernel(...) line with @ct.kernel.
+
+
+@student_kernel("attention_output_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#attention_output_kernel")
+def attention_output_kernel(p, v, o, TF32: ct.Constant[bool], BLOCK_M: ct.Constant[int],
+                            BLOCK_N: ct.Constant[int], BLOCK_D: ct.Constant[int]):
+    """O = P V for one (batch, head) and BLOCK_M query rows.
+
+    p: (B, H, Tq, Tk) fp32 probabilities; v: (B, H, Tk, D) in the activation dtype; o: (B, H, Tq, D)
+    in o's dtype. Any strides, last dims contiguous.
+    Grid: (cdiv(Tq, BLOCK_M), B * H), as attention_scores_kernel: walk the keys in BLOCK_N blocks,
+    acc (BLOCK_M, BLOCK_D, fp32) = ct.mma(p tile (b, h, i, j), v tile (b, h, j, 0), acc).
+    Masking: padding_mode=ZERO: p past (Tq, Tk) and v past (Tk, D) read 0.0, so padded keys add
+    nothing; the store drops rows >= Tq and channels >= D.
+    Hint: transformers casts the probabilities to v's dtype before the product: ct.astype(p, v.dtype)
+    does the same in bf16 (a no-op in fp32, where TF32 then picks tfloat32 operands). Round the
+    result once, at the store.
+    """
+    # TODO: write the body, then replace the @student_kernel(...) line with @ct.kernel.
+
+
+def _tiles(Tq: int, head_dim: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_D): a 16-row query tile for a decode token (Tq <= 16), 64 otherwise;
+    64 keys per step; the head's channels padded to a power of two (at least 16, a tensor-core step)."""
+    return (16 if Tq <= 16 else 64), 64, max(16, next_power_of_2(head_dim))
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool = False, *,
+                     precision: str = "tf32") -> torch.Tensor:
+    """S = q k^T * scale as a new fp32 (B, H, Tq, Tk) tensor; causal: -inf where key > query.
+
+    q (B, H, Tq, D), k (B, H, Tk, D), any strides with a contiguous last dim; any head size D.
+    """
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    if k.shape != (B, H, Tk, D) or (causal and Tq != Tk) or q.stride(3) != 1 or k.stride(3) != 1:
+        raise ValueError(f"attention_scores: q {tuple(q.shape)} and k {tuple(k.shape)} do not fit")
+    scores = torch.empty((B, H, Tq, Tk), dtype=torch.float32, device=q.device)
+    block_m, block_n, block_d = _tiles(Tq, D)
+    launch((cdiv(Tq, block_m), B * H), attention_scores_kernel, q, k, scores, float(scale), causal,
+           precision == "tf32", block_m, block_n, block_d)
+    return scores
+
+
+def softmax_inplace(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim of a contiguous fp32 tensor, in place."""
+    if scores.dtype != torch.float32 or not scores.is_contiguous():
+        raise ValueError("softmax_inplace: the scores must be a contiguous fp32 tensor")
+    n_cols = scores.shape[-1]
+    rows = scores.view(-1, n_cols)
+    block = next_power_of_2(n_cols)
+    per_block = rows_per_block(rows.shape[0], block)
+    launch((cdiv(rows.shape[0], per_block),), softmax_inplace_kernel, rows, per_block, block)
+    return scores
+
+
+def attention_output(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None, *,
+                     precision: str = "tf32") -> torch.Tensor:
+    """O = p v: p (B, H, Tq, Tk) fp32 probabilities, v (B, H, Tk, D) -> out (B, H, Tq, D) in v.dtype.
+
+    out may be any (B, H, Tq, D) view with a contiguous last dim, e.g. a token-major (B, Tq, H, D)
+    buffer seen through permute(0, 2, 1, 3), so the next linear reads it without a copy.
+    """
+    B, H, Tq, Tk = p.shape
+    D = v.shape[3]
+    if v.shape != (B, H, Tk, D) or p.stride(3) != 1 or v.stride(3) != 1:
+        raise ValueError(f"attention_output: p {tuple(p.shape)} and v {tuple(v.shape)} do not fit")
+    if out is None:
+        out = torch.empty((B, H, Tq, D), dtype=v.dtype, device=v.device)
+    if out.shape != (B, H, Tq, D) or out.stride(3) != 1:
+        raise ValueError(f"attention_output: out {tuple(out.shape)} should be {(B, H, Tq, D)}")
+    block_m, block_n, block_d = _tiles(Tq, D)
+    launch((cdiv(Tq, block_m), B * H), attention_output_kernel, p, v, out, precision == "tf32",
+           block_m, block_n, block_d)
+    return out
+
+
+# ==================================================================================================
+# The model's attention, from the three course kernels
+# ==================================================================================================
+
+
+def encoder_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, out: torch.Tensor, *,
+                      precision: str = "tf32") -> torch.Tensor:
+    """softmax(q k^T * scale) v over every frame of each window: q, k, v, out (W, H, T, D) views."""
+    probs = softmax_inplace(attention_scores(q, k, scale, precision=precision))
+    return attention_output(probs, v, out, precision=precision)
+
+
+def decoder_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float,
+                      out: torch.Tensor, *, causal: bool, n_keys: int, row_start: torch.Tensor,
+                      first_slot: torch.Tensor, valid_len: torch.Tensor, precision: str) -> torch.Tensor:
+    """Attention of the new tokens' query heads over cache slots [0, n_keys), into out.
+
+    q: (B, T, Hq, D), token-major (the q heads of the fused QKV output, a view); k_cache, v_cache:
+    (B, Hkv, Tmax, D); out: (B, T, Hq, D), token-major, so the o projection reads it as rows.
+    causal: prefill (query t sits in slot t, n_keys = T). Otherwise (decode) every slot up to the
+    cache's static length is scored and glue.mask_scores hides those at or past valid_len (int32
+    device tensor (1,)), so the launch shapes never change between steps. row_start (int32 (B,)):
+    keys below it are a row's left padding; first_slot (int32 (1,)): the first query's slot.
+
+    GQA without copying: for each batch row, the query heads are seen as (Hkv, group, T, D) and
+    each kv head as (Hkv, group, n_keys, D) through a group stride of 0, so the course kernels'
+    (batch, head) grid runs over (kv head, query head of its group). The probabilities come from
+    softmax_kernel (layers.py), out of place.
+    """
+    B, T, Hq, D = q.shape
+    Hkv = k_cache.shape[1]
+    group = Hq // Hkv
+    for b in range(B):
+        q_heads = q[b].view(T, Hkv, group, D).permute(1, 2, 0, 3)
+        k = k_cache[b, :, None, :n_keys].expand(Hkv, group, n_keys, D)
+        v = v_cache[b, :, None, :n_keys].expand(Hkv, group, n_keys, D)
+        scores = attention_scores(q_heads, k, scale, causal, precision=precision)
+        mask_scores(scores, row_start[b:b + 1], first_slot, valid_len)
+        attention_output(softmax(scores), v, out[b].view(T, Hkv, group, D).permute(1, 2, 0, 3), precision=precision)
+    return out
+
+
+# ==================================================================================================
+# Self-check: python glm_asr_cutile_template/attention.py  (without a GPU: the cuTile emulator)
+# ==================================================================================================
+
+
+def _self_check():
+    from glm_asr_common.teaching import SelfCheck
+
+    check = SelfCheck("attention.py", MODE != "gpu", cpu_runner="cuTile emulator", decorator="@ct.kernel")
+    on_gpu, dev = check.on_gpu, check.device
+    torch.manual_seed(0)
+    dt = torch.bfloat16
+
+    # The encoder's 20 heads of 64 over a window on a GPU, small stand-ins in the emulator.
+    T, heads = (1500, 20) if on_gpu else (40, 3)
+    qkv = torch.randn(1, T, 3 * heads * 64, device=dev, dtype=dt)
+    # q, k, v as (1, H, T, 64) views of the fused QKV output: strided, last dim contiguous.
+    q, k, v = (qkv[..., i * heads * 64:(i + 1) * heads * 64].view(1, T, heads, 64).transpose(1, 2) for i in range(3))
+    scale = 64 ** -0.5
+    shape = f"{tuple(q.shape)} bf16"
+    causal = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+    ref_scores = (q.double() @ k.double().transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))
+    check.check("attention_scores_kernel", lambda: attention_scores(q, k, scale, causal=True), lambda: ref_scores,
+                shape + " causal", 1e-4)
+    logits = ref_scores.float()
+    work = torch.empty_like(logits)
+    check.check("softmax_inplace_kernel", lambda: softmax_inplace(work.copy_(logits)),
+                lambda: torch.softmax(ref_scores, -1), f"{tuple(logits.shape)} fp32", 1e-5)
+    probs = torch.softmax(torch.randn(1, heads, T, T, device=dev) * 3, -1)
+    check.check("attention_output_kernel", lambda: attention_output(probs, v),
+                lambda: probs.to(dt).double() @ v.double(), shape, 1e-2)
+    out = torch.empty(1, T, heads, 64, device=dev, dtype=dt).permute(0, 2, 1, 3)
+    reference = torch.softmax(q.double() @ k.double().transpose(-1, -2) * scale, -1) @ v.double()
+    check.check("encoder_attention", lambda: encoder_attention(q, k, v, scale, out), lambda: reference, shape, 2e-2)
+    check.finish()
+
+
+if __name__ == "__main__":
+    _self_check()

@@ -1,0 +1,356 @@
+# Generated from glm_asr_cutile_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
+"""Provided cuTile kernels of the course path that are not course work: data movement and the few bits
+of arithmetic that hold the model together. Each sits above its launcher.
+
+    residual_add_kernel / residual_add   x += y in place (the residual stream)
+    mul_kernel / mul                     out = a * b (SwiGLU: silu(gate) * up)
+    embed_tokens_kernel / embed_tokens   token embeddings, audio placeholders replaced by audio rows
+    token_positions_kernel / token_positions
+                                         RoPE positions of new tokens: cache slot minus left padding
+    kv_cache_write_kernel / write_kv_cache
+                                         k and v heads of a fused QKV output into the KV cache
+    mask_scores_kernel / mask_scores     -inf on the attention scores of keys a query must not see
+                                         (left padding, cache slots past the live length)
+    argmax_kernel / argmax_rows          greedy decoding's argmax, eos banned while a device flag says so
+
+The counters a decode step reads (the first new token's cache slot, the live cache length, the eos
+ban) stay on the device and are read by the kernels, so one captured CUDA graph serves every step.
+Like the course kernels, each computes in fp32 and rounds once where torch rounds.
+
+Self-check: python glm_asr_cutile_template/glue.py  (without a GPU: the cuTile emulator)
+"""
+
+import time
+
+import torch
+
+if __name__ == "__main__":  # run as a script: python glm_asr_cutile_template/glue.py
+    from _script import package_of
+
+    __package__ = package_of(__file__)
+
+from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
+
+from ._tile_helpers import ELEMENTWISE_BLOCK, TILE_ELEMENTS, cdiv, next_power_of_2, rows_per_block  # noqa: E402
+
+ZERO = ct.PaddingMode.ZERO
+NEG_INF = ct.PaddingMode.NEG_INF
+# Above any vocabulary index: loses every "lowest index" contest of the argmax.
+NO_INDEX = 2 ** 31 - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise: residual add, product
+# ---------------------------------------------------------------------------------------------
+
+
+@ct.kernel
+def residual_add_kernel(x, y, BLOCK: ct.Constant[int]):
+    """x += y over flat arrays: one array is both read and written, so nothing aliases."""
+    block = ct.bid(0)
+    a = ct.astype(ct.load(x, (block,), (BLOCK,), padding_mode=ZERO), ct.float32)
+    b = ct.astype(ct.load(y, (block,), (BLOCK,), padding_mode=ZERO), ct.float32)
+    ct.store(x, (block,), ct.astype(a + b, x.dtype))
+
+
+@ct.kernel
+def mul_kernel(a, b, out, BLOCK: ct.Constant[int]):
+    block = ct.bid(0)
+    x = ct.astype(ct.load(a, (block,), (BLOCK,), padding_mode=ZERO), ct.float32)
+    y = ct.astype(ct.load(b, (block,), (BLOCK,), padding_mode=ZERO), ct.float32)
+    ct.store(out, (block,), ct.astype(x * y, out.dtype))
+
+
+def _flat_pair(name: str, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if a.shape != b.shape or a.dtype != b.dtype or not (a.is_contiguous() and b.is_contiguous()):
+        raise ValueError(f"{name}: operands {tuple(a.shape)} {a.dtype} and {tuple(b.shape)} {b.dtype} must "
+                         "match and be contiguous")
+    return a.view(-1), b.view(-1)
+
+
+def residual_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x += y (rounded once to x's dtype), in place; returns x."""
+    flat_x, flat_y = _flat_pair("residual_add", x, y)
+    launch((cdiv(flat_x.numel(), ELEMENTWISE_BLOCK),), residual_add_kernel, flat_x, flat_y, ELEMENTWISE_BLOCK)
+    return x
+
+
+def mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a * b, rounded once to the operands' dtype, as a new tensor."""
+    flat_a, flat_b = _flat_pair("mul", a, b)
+    out = torch.empty_like(a)
+    launch((cdiv(flat_a.numel(), ELEMENTWISE_BLOCK),), mul_kernel, flat_a, flat_b, out.view(-1), ELEMENTWISE_BLOCK)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Embedding gather
+# ---------------------------------------------------------------------------------------------
+
+
+@ct.kernel
+def embed_tokens_kernel(ids, audio_index, table, audio, out, ROWS: ct.Constant[int], BLOCK_H: ct.Constant[int]):
+    """out[m] = audio[audio_index[m]] where audio_index[m] >= 0, else table[ids[m]]; ROWS rows by
+    BLOCK_H columns per block. Rows and columns are data, so the reads are gathers; each row reads
+    only the source it needs (the other gather is masked off)."""
+    block, block_h = ct.bid(0), ct.bid(1)
+    token = ct.astype(ct.load(ids, (block,), (ROWS,), padding_mode=ZERO), ct.int32)[:, None]
+    audio_row = ct.astype(ct.load(audio_index, (block,), (ROWS,), padding_mode=ZERO), ct.int32)[:, None]
+    cols = (block_h * BLOCK_H + ct.arange(BLOCK_H, dtype=ct.int32))[None, :]
+    from_audio = ct.broadcast_to(audio_row >= 0, (ROWS, BLOCK_H))
+    text_values = ct.gather(table, (token, cols), mask=ct.broadcast_to(audio_row < 0, (ROWS, BLOCK_H)))
+    audio_values = ct.gather(audio, (audio_row, cols), mask=from_audio)
+    ct.store(out, (block, block_h), ct.astype(ct.where(from_audio, audio_values, text_values), out.dtype))
+
+
+def embed_tokens(input_ids: torch.Tensor, table: torch.Tensor, audio_embeds: torch.Tensor,
+                 audio_index: torch.Tensor) -> torch.Tensor:
+    """out[m] = audio_embeds[audio_index[m]] if audio_index[m] >= 0 else table[input_ids[m]].
+
+    input_ids, audio_index: int64 (M,). table: (V, H). audio_embeds: (A, H), A may be 0.
+    Returns (M, H) in table.dtype. Indices are not bounds-checked.
+    """
+    M = input_ids.shape[0]
+    H = table.shape[1]
+    out = torch.empty((M, H), dtype=table.dtype, device=table.device)
+    # With no audio rows every audio_index is -1: the table stands in as a valid, never-read array.
+    audio = audio_embeds if audio_embeds.numel() > 0 else table
+    block_h = min(next_power_of_2(H), 1024)
+    rows = rows_per_block(M, block_h)
+    launch((cdiv(M, rows), cdiv(H, block_h)), embed_tokens_kernel, input_ids, audio_index, table, audio, out,
+           rows, block_h)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Positions and the KV cache
+# ---------------------------------------------------------------------------------------------
+
+
+@ct.kernel
+def token_positions_kernel(first_slot, row_start, positions, BLOCK_T: ct.Constant[int]):
+    """positions[b, t] = max(first_slot + t - row_start[b], 0): transformers numbers the real tokens of
+    a left-padded row from 0; the padding tokens' (negative) positions are clamped, their keys are
+    masked anyway."""
+    block_t, b = ct.bid(0), ct.bid(1)
+    t = block_t * BLOCK_T + ct.arange(BLOCK_T, dtype=ct.int32)
+    first = ct.load(first_slot, (0,), (1,))
+    start = ct.load(row_start, (b,), (1,))
+    ct.store(positions, (b, block_t), ct.reshape(ct.maximum(first + t - start, 0), (1, BLOCK_T)))
+
+
+def token_positions(first_slot: torch.Tensor, row_start: torch.Tensor, tokens: int) -> torch.Tensor:
+    """(B, tokens) int32 positions of tokens at cache slots first_slot + t of each row b, whose real
+    tokens start at slot row_start[b]. first_slot: int32 (1,), row_start: int32 (B,), both on the
+    device (a captured graph reads the current values)."""
+    batch = row_start.shape[0]
+    positions = torch.empty((batch, tokens), dtype=torch.int32, device=row_start.device)
+    block_t = min(next_power_of_2(tokens), TILE_ELEMENTS)
+    launch((cdiv(tokens, block_t), batch), token_positions_kernel, first_slot, row_start, positions, block_t)
+    return positions
+
+
+@ct.kernel
+def kv_cache_write_kernel(k, v, k_cache, v_cache, first_slot, BLOCK_T: ct.Constant[int],
+                          BLOCK_H: ct.Constant[int], BLOCK_D: ct.Constant[int]):
+    """k_cache[b, h, first_slot + t] = k[b, t, h] and the same for v: token-major heads of the fused
+    QKV output into the head-major cache. The cache seen through a slice that starts at first_slot
+    and is as long as the new tokens, so the stores' edge drops the padding tokens of the tile."""
+    block_t, b = ct.bid(0), ct.bid(1)
+    first = ct.load(first_slot, (0,), ())
+    tile = (1, BLOCK_T, BLOCK_H, BLOCK_D)
+    _heads_into_cache(k, k_cache, b, block_t, first, tile)
+    _heads_into_cache(v, v_cache, b, block_t, first, tile)
+
+
+def _heads_into_cache(source, cache, b, block_t, first, tile):
+    """One (1, BLOCK_T, BLOCK_H, BLOCK_D) tile of token-major heads, stored head-major (tile code)."""
+    heads = ct.permute(ct.load(source, (b, block_t, 0, 0), tile, padding_mode=ZERO), (0, 2, 1, 3))
+    ct.store(cache.slice(2, first, first + source.shape[1]), (b, 0, block_t, 0), heads)
+
+
+def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   first_slot: torch.Tensor) -> None:
+    """Copy k, v (B, T, Hkv, D) (views into the fused QKV output) to k_cache, v_cache (B, Hkv, Tmax, D)
+    at slots first_slot .. first_slot + T - 1. first_slot: int32 (1,) on the device; the caller sizes
+    the cache (first_slot + T <= Tmax)."""
+    B, T, H, D = k.shape
+    if v.shape != k.shape or k_cache.shape[:2] != (B, H) or k_cache.shape[3] != D or v_cache.shape != k_cache.shape:
+        raise ValueError(f"write_kv_cache: k {tuple(k.shape)}, v {tuple(v.shape)} and caches "
+                         f"{tuple(k_cache.shape)}, {tuple(v_cache.shape)} do not fit")
+    block_h, block_d = next_power_of_2(H), next_power_of_2(D)
+    block_t = rows_per_block(T, block_h * block_d)
+    launch((cdiv(T, block_t), B), kv_cache_write_kernel, k, v, k_cache, v_cache, first_slot,
+           block_t, block_h, block_d)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention masks on materialised scores
+# ---------------------------------------------------------------------------------------------
+
+
+@ct.kernel
+def mask_scores_kernel(s, row_start, first_slot, valid_len, queries, ROWS: ct.Constant[int],
+                       BLOCK_N: ct.Constant[int]):
+    """Rows r of the scores s (n_rows, Tk), query i = r % queries: keys j outside [row_start,
+    valid_len) become -inf, except the query's own slot first_slot + i, so that a left-padding query
+    still sees one key (itself) and its softmax stays finite."""
+    block = ct.bid(0)
+    rows = block * ROWS + ct.arange(ROWS, dtype=ct.int32)
+    own = (ct.load(first_slot, (0,), (1,)) + rows % queries)[:, None]
+    lo = ct.load(row_start, (0,), (1,))[:, None]
+    hi = ct.load(valid_len, (0,), (1,))[:, None]
+    for j in range(ct.num_tiles(s, 1, (ROWS, BLOCK_N))):
+        keys = (j * BLOCK_N + ct.arange(BLOCK_N, dtype=ct.int32))[None, :]
+        hidden = ((keys < lo) | (keys >= hi)) & (keys != own)
+        scores = ct.load(s, (block, j), (ROWS, BLOCK_N), padding_mode=ZERO)
+        ct.store(s, (block, j), ct.where(hidden, float("-inf"), scores))
+
+
+def mask_scores(scores: torch.Tensor, row_start: torch.Tensor, first_slot: torch.Tensor,
+                valid_len: torch.Tensor) -> torch.Tensor:
+    """-inf in place on the fp32 scores (..., Tq, Tk) of one batch row where key j is outside
+    [row_start, valid_len) and is not query i's own slot first_slot + i. row_start, first_slot,
+    valid_len: int32 (1,) device tensors."""
+    if scores.dtype != torch.float32 or not scores.is_contiguous():
+        raise ValueError("mask_scores: the scores must be a contiguous fp32 tensor")
+    queries, keys = scores.shape[-2:]
+    rows = scores.view(-1, keys)
+    block = min(next_power_of_2(keys), 1024)
+    per_block = rows_per_block(rows.shape[0], block)
+    launch((cdiv(rows.shape[0], per_block),), mask_scores_kernel, rows, row_start, first_slot, valid_len,
+           queries, per_block, block)
+    return scores
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy decoding: argmax over the vocabulary with optional banned ids
+# ---------------------------------------------------------------------------------------------
+
+
+@ct.kernel
+def argmax_kernel(logits, banned, suppress, out_ids, BLOCK_V: ct.Constant[int], BLOCK_BANNED: ct.Constant[int]):
+    """out_ids[b] = the lowest index of the largest logit of row b, skipping the banned ids while
+    suppress[0] != 0 (a device flag: a captured graph switches the ban without being recaptured).
+    One block per row sweeps the vocabulary in BLOCK_V tiles, keeping the best value and index."""
+    row = ct.bid(0)
+    slots = ct.arange(BLOCK_BANNED, dtype=ct.int32)
+    banned_ids = ct.astype(ct.load(banned, (0,), (BLOCK_BANNED,), padding_mode=ZERO), ct.int32)
+    # Lanes past the banned list (zeros) must not ban id 0: they compare as NO_INDEX.
+    banned_ids = ct.where(slots < banned.shape[0], banned_ids, NO_INDEX)[None, :]
+    banning = ct.load(suppress, (0,), (1,)) != 0
+    best = ct.full((1, 1), float("-inf"), ct.float32)
+    best_index = ct.full((1, 1), NO_INDEX, ct.int32)
+    for j in range(ct.num_tiles(logits, 1, (1, BLOCK_V))):
+        values = ct.astype(ct.load(logits, (row, j), (1, BLOCK_V), padding_mode=NEG_INF), ct.float32)
+        cols = j * BLOCK_V + ct.arange(BLOCK_V, dtype=ct.int32)
+        is_banned = ct.max(ct.astype(cols[:, None] == banned_ids, ct.int32), axis=1) > 0
+        values = ct.where((is_banned & banning)[None, :], float("-inf"), values)
+        tile_best = ct.max(values, axis=1, keepdims=True)
+        holders = ct.where((values == tile_best) & (cols < logits.shape[1])[None, :], cols[None, :], NO_INDEX)
+        tile_index = ct.min(holders, axis=1, keepdims=True)
+        # Strictly greater: on a tie the earlier tile, i.e. the lower index, keeps the row.
+        better = tile_best > best
+        best = ct.where(better, tile_best, best)
+        best_index = ct.where(better, tile_index, best_index)
+    ct.store(out_ids, (row,), ct.astype(ct.reshape(best_index, (1,)), ct.int64))
+
+
+def argmax_rows(logits: torch.Tensor, banned_ids: torch.Tensor, suppress: torch.Tensor,
+                out_ids: torch.Tensor) -> torch.Tensor:
+    """out_ids[b] = argmax(logits[b]) (lowest index on ties), skipping banned_ids while suppress[0] != 0.
+
+    logits: (B, V), last dim contiguous. banned_ids: int64 (nb,), nb >= 1. suppress: int32 (1,) on
+    the device. out_ids: int64 (B,). Returns out_ids.
+    """
+    n_rows, vocab = logits.shape
+    if banned_ids.numel() == 0 or logits.stride(1) != 1 or out_ids.shape != (n_rows,):
+        raise ValueError(f"argmax_rows: logits {tuple(logits.shape)}, {banned_ids.numel()} banned ids, "
+                         f"out_ids {tuple(out_ids.shape)}")
+    block_v = min(next_power_of_2(vocab), 4096)
+    launch((n_rows,), argmax_kernel, logits, banned_ids, suppress, out_ids, block_v,
+           next_power_of_2(banned_ids.numel()))
+    return out_ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-check: each launcher against plain torch on fresh random inputs
+# ---------------------------------------------------------------------------------------------
+
+
+def _self_check():
+    from glm_asr_common.teaching import SelfCheck
+
+    check = SelfCheck("glue.py", MODE != "gpu", cpu_runner="cuTile emulator", decorator="@ct.kernel")
+    on_gpu, dev = check.on_gpu, check.device
+    gen = torch.Generator().manual_seed(int(time.time()))
+    bf16, fp32 = torch.bfloat16, torch.float32
+
+    def rand(*shape, dtype=bf16, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to(device=dev, dtype=dtype)
+
+    rows, H, V = (512, 2048, 59264) if on_gpu else (17, 96, 300)
+    a, b = rand(rows, H), rand(rows, H)
+    check.check("residual_add_kernel", lambda: residual_add(a.clone(), b), lambda: (a + b).float(),
+                f"{rows}x{H} bf16", 0.0)
+    check.check("mul_kernel", lambda: mul(a, b), lambda: (a * b).float(), f"{rows}x{H} bf16", 0.0)
+
+    table, audio = rand(V, H), rand(rows // 2, H)
+    ids = torch.randint(0, V, (rows,), generator=gen).to(dev)
+    audio_index = torch.full((rows,), -1, dtype=torch.int64)
+    audio_index[3:3 + rows // 2] = torch.arange(rows // 2)
+    audio_index = audio_index.to(dev)
+    check.check("embed_tokens_kernel", lambda: embed_tokens(ids, table, audio, audio_index),
+                lambda: torch.where(audio_index[:, None] >= 0, audio[audio_index.clamp(min=0)], table[ids]),
+                f"{rows}x{H} bf16", 0.0)
+
+    Hkv, D, Tmax, T = 4, 128, (1024 if on_gpu else 32), (400 if on_gpu else 12)
+    first, start = torch.tensor([5], dtype=torch.int32, device=dev), torch.tensor([0, 7], dtype=torch.int32, device=dev)
+    check.check("token_positions_kernel", lambda: token_positions(first, start, T),
+                lambda: (5 + torch.arange(T, device=dev)[None, :] - start[:, None].long()).clamp(min=0),
+                f"(2, {T}) int32", 0.0)
+
+    qkv = rand(2, T, 3 * Hkv, D)
+    k, v = qkv[:, :, Hkv:2 * Hkv], qkv[:, :, 2 * Hkv:]
+    k_cache, v_cache = (torch.zeros(2, Hkv, Tmax, D, device=dev, dtype=bf16) for _ in range(2))
+
+    def written():
+        write_kv_cache(k, v, k_cache, v_cache, first)
+        return torch.cat([k_cache, v_cache])
+
+    def expected_cache():
+        caches = torch.zeros(4, Hkv, Tmax, D, device=dev, dtype=bf16)
+        caches[:2, :, 5:5 + T] = k.transpose(1, 2)
+        caches[2:, :, 5:5 + T] = v.transpose(1, 2)
+        return caches
+
+    check.check("kv_cache_write_kernel", written, expected_cache, f"(2, {T}, {Hkv}, {D}) bf16", 0.0)
+
+    scores = rand(Hkv, 4, 3, Tmax, dtype=fp32)
+    row_start = torch.tensor([5], dtype=torch.int32, device=dev)
+    counters = torch.tensor([9, 12], dtype=torch.int32, device=dev)
+
+    def masked_reference():
+        j = torch.arange(Tmax, device=dev)
+        own = (9 + torch.arange(3, device=dev))[:, None]
+        return scores.masked_fill(((j < 5) | (j >= 12)) & (j != own), float("-inf"))
+
+    check.check("mask_scores_kernel", lambda: mask_scores(scores.clone(), row_start, counters[:1], counters[1:]),
+                masked_reference, f"{tuple(scores.shape)} fp32", 0.0)
+
+    logits = rand(4, V, dtype=fp32)
+    logits[1, V - 1] = 100.0  # a banned id holding the row's maximum
+    banned = torch.tensor([V - 2, V - 1], device=dev)
+    suppress = torch.ones(1, dtype=torch.int32, device=dev)
+    chosen = torch.empty(4, dtype=torch.int64, device=dev)
+
+    def banned_argmax():
+        return logits.masked_fill(torch.isin(torch.arange(V, device=dev), banned), float("-inf")).argmax(-1).float()
+
+    check.check("argmax_kernel", lambda: argmax_rows(logits, banned, suppress, chosen).float(), banned_argmax,
+                f"4x{V} fp32", 0.0)
+    check.finish()
+
+
+if __name__ == "__main__":
+    _self_check()

@@ -1,0 +1,163 @@
+# Generated from glm_asr_cutile_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
+"""The course's RoPE kernels for GLM-ASR, in NVIDIA cuTile: the rotary tables and the rotation.
+
+    compute_freqs_kernel / rope_tables   cos[p, i] = cos(p * inv_freq[i]), sin likewise,
+                                         inv_freq[i] = 1 / theta^(2i / rotary_dim)
+    apply_rope_kernel / apply_rope       rotate-half RoPE on the first rotary_dim channels of each
+                                         head of x (B, T, H, D), in place, positions per token
+
+The tables are built once when the model loads: the encoder's (1500 positions x 16, rotary_dim 32:
+the first half of each 64-wide head, "partial rotary") and the decoder's (max positions x 64, the
+whole 128-wide head). The rotation runs on q and k inside the fused QKV output of every layer.
+
+Self-check: python glm_asr_cutile_template/rope.py  (without a GPU: the cuTile emulator)
+"""
+
+import torch
+
+if __name__ == "__main__":  # run as a script: python glm_asr_cutile_template/rope.py
+    from _script import package_of
+
+    __package__ = package_of(__file__)
+
+from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.teaching import student_kernel  # noqa: E402
+
+from ._tile_helpers import cdiv, next_power_of_2, round_as, rows_per_block  # noqa: E402
+
+ZERO = ct.PaddingMode.ZERO
+
+
+@student_kernel("compute_freqs_kernel", reference="glm_asr_cutile_example.rope", guide="GUIDE.md#compute_freqs_kernel")
+def compute_freqs_kernel(cos, sin, theta, ROTARY_DIM: ct.Constant[int], BLOCK_P: ct.Constant[int],
+                         BLOCK_HALF: ct.Constant[int]):
+    """RoPE tables: cos[p, i] = cos(p * inv_freq[i]), sin[p, i] = sin(p * inv_freq[i]),
+    inv_freq[i] = 1 / theta^(2i / ROTARY_DIM), for i < ROTARY_DIM / 2.
+
+    cos, sin: (max_positions, ROTARY_DIM // 2) fp32 arrays; theta: an fp32 scalar.
+    Grid: (cdiv(max_positions, BLOCK_P),); block b fills rows b*BLOCK_P .. b*BLOCK_P + BLOCK_P - 1,
+    BLOCK_HALF = next_power_of_2(ROTARY_DIM // 2) frequency lanes each: tile (b, 0) of shape
+    (BLOCK_P, BLOCK_HALF).
+    Masking: nothing to load; the store drops positions >= max_positions and lanes >= ROTARY_DIM // 2.
+    Hint: transformers builds inv_freq in fp32 (the exponent 2i / ROTARY_DIM one rounded division,
+    the power correctly rounded) and the angle as one fp32 product position * inv_freq; match those
+    roundings. Positions reach thousands of radians, where fast fp32 sin/cos lose digits: evaluate
+    cos/sin of that fp32 angle in fp64 (ct.astype(angle, ct.float64)) and round once to fp32.
+    """
+    # TODO: write the body, then replace the @student_kernel(...) line with @ct.kernel.
+
+
+def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin tables, each (max_positions, rotary_dim // 2) fp32: angle = pos / theta^(2i/rotary_dim)."""
+    if rotary_dim % 2:
+        raise ValueError(f"rope_tables: rotary_dim must be even, got {rotary_dim}")
+    half = rotary_dim // 2
+    cos = torch.empty((max_positions, half), dtype=torch.float32, device=device)
+    sin = torch.empty_like(cos)
+    block_half = next_power_of_2(half)
+    block_p = rows_per_block(max_positions, block_half)
+    launch((cdiv(max_positions, block_p),), compute_freqs_kernel, cos, sin, float(theta), rotary_dim,
+           block_p, block_half)
+    return cos, sin
+
+
+@student_kernel("apply_rope_kernel", reference="glm_asr_cutile_example.rope", guide="GUIDE.md#apply_rope_kernel")
+def apply_rope_kernel(x, cos, sin, positions, HALF: ct.Constant[int], BLOCK_T: ct.Constant[int],
+                      BLOCK_H: ct.Constant[int], BLOCK_HALF: ct.Constant[int]):
+    """Rotate-half RoPE, in place, on channels [0, 2 * HALF) of every head of x:
+    x1' = x1 * cos - x2 * sin,  x2' = x2 * cos + x1 * sin,  x1 = channels [0, HALF),
+    x2 = channels [HALF, 2 * HALF), cos / sin = the table rows of each token's position.
+
+    x: (B, T, H, D) array (any strides, last dim contiguous; e.g. the q and k heads of a fused QKV
+    output), rotated in place, channels >= 2 * HALF untouched; cos, sin: (max_positions, HALF) fp32;
+    positions: (B, T) integers (the launcher broadcasts a shared (T,) row with a 0 stride).
+    Grid: (cdiv(T, BLOCK_T), B); block (t, b) rotates tokens t*BLOCK_T .. t*BLOCK_T + BLOCK_T - 1 of
+    row b, all heads at once: (1, BLOCK_T, BLOCK_H, BLOCK_HALF) tiles of x.slice(3, 0, HALF) and
+    x.slice(3, HALF, 2 * HALF) (Array.slice: views of the two halves, no copy).
+    Masking: padding_mode=ZERO on every load and ct.gather's zero padding: tokens past T, heads past H
+    and lanes past HALF read 0 and the stores drop them (the slices end at HALF, so the padded lanes
+    of the first half never spill into the second).
+    Hint: read each token's table row with ct.gather(cos, (pos[:, None], lane[None, :])): positions
+    are data, not tile indices. Round like transformers in bf16: the tables cast to x's dtype, each
+    of the four products rounded to it, then the difference / sum (round_as).
+    """
+    # TODO: write the body, then replace the @student_kernel(...) line with @ct.kernel.
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+               rotary_dim: int) -> torch.Tensor:
+    """Rotate x (B, T, H, D) in place and return it.
+
+    x may be any view whose last dim is contiguous, e.g. the q and k heads of a fused QKV output
+    ``qkv[..., :2*H*D].view(B, T, 2*H, D)`` (q and k rotated by one launch). positions: integer
+    (B, T) for row-dependent positions, or (T,) shared by every row. Channels >= rotary_dim untouched.
+    """
+    if x.dim() != 4 or x.stride(-1) != 1:
+        raise ValueError(f"apply_rope: x must be (B, T, H, D) with a contiguous last dim, got {tuple(x.shape)}")
+    B, T, H, D = x.shape
+    half = rotary_dim // 2
+    if rotary_dim % 2 or not 0 < rotary_dim <= D or cos.shape[1] != half or sin.shape != cos.shape:
+        raise ValueError(f"apply_rope: rotary_dim {rotary_dim} does not fit head size {D} and tables "
+                         f"{tuple(cos.shape)}")
+    positions = positions.expand(B, T)
+    block_h, block_half = next_power_of_2(H), next_power_of_2(half)
+    block_t = rows_per_block(T, block_h * block_half)  # tokens per block, all heads of each
+    launch((cdiv(T, block_t), B), apply_rope_kernel, x, cos, sin, positions, half, block_t, block_h, block_half)
+    return x
+
+
+# --------------------------------------------------------------------------------------------------
+# Self-check: python glm_asr_cutile_template/rope.py  (without a GPU: the cuTile emulator)
+# --------------------------------------------------------------------------------------------------
+
+
+def torch_rope_tables(positions, rotary_dim, theta):
+    """transformers' rotary tables, reduced to the half-width (positions, rotary_dim / 2) cos / sin."""
+    inv_freq = (1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim))).to(positions.device)
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    return freqs.cos(), freqs.sin()
+
+
+def torch_rope(x, cos, sin, rotary_dim):
+    """transformers' apply_rotary_pos_emb on (B, T, H, D); cos/sin (B, T, rotary_dim/2) fp32."""
+    cos = torch.cat([cos, cos], -1).to(x.dtype)[:, :, None, :]
+    sin = torch.cat([sin, sin], -1).to(x.dtype)[:, :, None, :]
+    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+    x1, x2 = rot[..., : rotary_dim // 2], rot[..., rotary_dim // 2:]
+    return torch.cat([rot * cos + torch.cat([-x2, x1], -1) * sin, rest], -1)
+
+
+def _self_check():
+    from glm_asr_common.teaching import SelfCheck
+
+    check = SelfCheck("rope.py", MODE != "gpu", cpu_runner="cuTile emulator", decorator="@ct.kernel")
+    on_gpu, dev = check.on_gpu, check.device
+    torch.manual_seed(0)
+    # Real sizes on a GPU (decoder tables to 8192, encoder 1500 frames), small ones in the emulator.
+    P_dec, P_enc = (8192, 1500) if on_gpu else (64, 24)
+    check.check("compute_freqs_kernel", lambda: torch.cat(rope_tables(P_dec, 128, 10000.0, dev)),
+                lambda: torch.cat(torch_rope_tables(torch.arange(P_dec, device=dev), 128, 10000.0)),
+                f"({P_dec}, 64) x2 fp32", 2e-6)
+    check.check("compute_freqs_kernel[encoder]", lambda: torch.cat(rope_tables(P_enc, 32, 10000.0, dev)),
+                lambda: torch.cat(torch_rope_tables(torch.arange(P_enc, device=dev), 32, 10000.0)),
+                f"({P_enc}, 16) x2 fp32", 2e-6)
+
+    # The encoder: q and k heads (20 + 20 of 64) of the fused QKV output, rotary_dim 32.
+    positions = torch.arange(P_enc, device=dev)
+    ecos, esin = torch_rope_tables(positions, 32, 10000.0)
+    qkv = torch.randn(1, P_enc, 3 * 20 * 64, device=dev, dtype=torch.bfloat16)
+    qk = qkv[..., : 2 * 20 * 64].view(1, P_enc, 40, 64)
+    check.check("apply_rope_kernel[encoder q+k]", lambda: apply_rope(qk.clone(), ecos, esin, positions, 32),
+                lambda: torch_rope(qk, ecos[None], esin[None], 32), f"{tuple(qk.shape)} bf16", 1e-2)
+    # The decoder: 16 q heads of 128, full rotary, per-row positions (a left-padded second row).
+    T = 12
+    cos, sin = torch_rope_tables(torch.arange(P_dec, device=dev), 128, 10000.0)
+    row_positions = torch.stack([torch.arange(T), torch.arange(T) + 5]).to(dev)
+    q = torch.randn(2, T, 16, 128, device=dev, dtype=torch.bfloat16)
+    check.check("apply_rope_kernel[decoder q]", lambda: apply_rope(q.clone(), cos, sin, row_positions, 128),
+                lambda: torch_rope(q, cos[row_positions], sin[row_positions], 128), f"{tuple(q.shape)} bf16", 1e-2)
+    check.finish()
+
+
+if __name__ == "__main__":
+    _self_check()
