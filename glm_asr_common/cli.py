@@ -18,7 +18,7 @@ from .errors import UserError
 from .frontend import ASRInputs, prepare_inputs
 from .precision import PRECISIONS, Precision, from_options
 from .runtime import (PATH_MODULES, REPO_ROOT, Checkpoint, import_track, open_checkpoint, path_summary, resolve_path,
-                      track_name)
+                      track_name, use_device)
 
 DEFAULT_AUDIO = REPO_ROOT / "test_audio.wav"
 DEFAULT_EXPECTED = REPO_ROOT / "test_audio.txt"
@@ -150,6 +150,7 @@ def open_session(args, folder: str, log=print) -> Session:
     name = folder.rstrip("/").split("/")[-1]
     teaching.allow_references(getattr(args, "allow_reference", None), folder_student_kernels(name), name)
     device = resolve_device(args.device)
+    use_device(device)  # before anything imports Triton (transformers' processor can)
 
     audio = load_audio(args.audio)
     log(f"Loaded audio from {args.audio}")

@@ -1,0 +1,386 @@
+"""The grader's comparison: a student's folder against the course's solution, in one run.
+
+    ./benchmark.sh glm_asr_triton_template --compare [--report DIR] [--solution FOLDER]
+
+Two kinds of rows, both measured in this process on the same device:
+
+  kernels     every row of the self-checks of the files that hold the course kernels (layers.py,
+              attention.py, rope.py), run once in the student's folder and once in the solution's:
+              status (PASS / FAIL / TODO / REF), max relative error against torch, time. The shapes
+              are the self-checks' own: the model's real sizes on a GPU, small ones on a CPU.
+  end to end  the student's transcription (as timed by benchmark_student) beside the solution's
+              course path (the baseline: the same kernels, written by the course), the solution's
+              fast path (fused production kernels) and transformers, each on the same checkpoint,
+              inputs and precision; ids compared with transformers' (or with the baseline's).
+
+The report (Markdown and JSON, plus a roofline plot when matplotlib is installed) follows the course
+rubric: implementation summary, profiling, bottleneck analysis, optimisation attempts (the student
+writes that section), comparison with the baseline. Whole-transcription FLOPs and bytes come from
+glm_asr_common.roofline, against the device's measured peaks, so every row carries the same floor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gc
+import importlib
+import importlib.util
+import io
+import json
+import statistics
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from . import roofline, teaching
+from .errors import UserError
+from .runtime import REPO_ROOT, import_track, track_folders, track_paths
+
+# A row is flagged in the bottleneck analysis when it is this much slower than the solution's.
+SLOWER_FLAG = 1.25
+
+
+def solution_folder(folder: str, requested: str | None) -> str:
+    """The folder a student's is graded against: --solution, else the example of the same kernel
+    language (glm_asr_triton_* → glm_asr_triton_example, glm_asr_cutile_* → glm_asr_cutile_example)."""
+    folders = track_folders()
+    if requested is not None:
+        name = Path(requested.rstrip("/")).name
+        if name not in folders:
+            raise UserError(f"--solution {requested}: not a model folder; choose one of: {', '.join(folders)}")
+        return name
+    for language in ("cutile", "triton"):
+        if language in folder and f"glm_asr_{language}_example" in folders:
+            return f"glm_asr_{language}_example"
+    raise UserError(f"--compare: no solution folder for {folder}; name one with --solution FOLDER")
+
+
+def kernel_files(folder: str, kernels) -> list[str]:
+    """The folder's modules that define course kernels (their self-checks give the kernel rows)."""
+    files = []
+    for path in sorted((REPO_ROOT / folder).glob("*.py")):
+        text = path.read_text()
+        if any(f"def {kernel}(" in text for kernel in kernels) and "def _self_check(" in text:
+            files.append(path.stem)
+    return files
+
+
+def kernel_rows(folder: str, files: list[str]) -> list[dict]:
+    """Each file's ``_self_check()`` run quietly; one dict per printed row, with its file."""
+    rows = []
+    for stem in files:
+        module = importlib.import_module(f"{folder}.{stem}")
+        with teaching.recording_checks() as checks, contextlib.redirect_stdout(io.StringIO()):
+            module._self_check()
+        rows += [dict(asdict(row), file=f"{stem}.py") for check in checks for row in check.rows]
+    return rows
+
+
+def _sync(device: str):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_model(model, inputs, args, device: str) -> tuple[list[float], list[int]]:
+    """--warmup untimed and --runs timed transcriptions (ms), and the last run's ids."""
+    for _ in range(args.warmup):
+        model.generate(inputs, args.max_new_tokens, args.min_new_tokens)
+    runs, tokens = [], []
+    for _ in range(args.runs):
+        _sync(device)
+        start = time.perf_counter()
+        tokens = model.generate(inputs, args.max_new_tokens, args.min_new_tokens)[0]
+        _sync(device)
+        runs.append((time.perf_counter() - start) * 1000)
+    return runs, tokens
+
+
+def e2e_row(label: str, what: str, runs: list[float], tokens: list[int]) -> dict:
+    return {"label": label, "what": what, "runs_ms": runs, "mean_ms": statistics.fmean(runs),
+            "std_ms": statistics.stdev(runs) if len(runs) > 1 else 0.0, "tokens": len(tokens),
+            "ms_per_token": statistics.fmean(runs) / max(len(tokens), 1), "token_ids": tokens}
+
+
+def _release(device: str):
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def measure_others(session, args, solution: str, log=print) -> list[dict]:
+    """The solution's course and fast paths and transformers, one model in memory at a time."""
+    rows = []
+    ckpt, device = session.checkpoint, session.device
+    for path in ("course", "fast"):
+        if path not in track_paths(solution):
+            continue
+        module = import_track(solution, path, device)
+        log(f"[compare] {solution} {path} path: loading and timing")
+        model = module.load_model(ckpt.config, ckpt.weights, device, session.precision)
+        label = "course baseline" if path == "course" else "fast path"
+        rows.append(e2e_row(label, f"{solution} ({path} path)", *time_model(model, session.inputs, args, device)))
+        del model
+        _release(device)
+    if importlib.util.find_spec("transformers") is None:
+        log("[compare] transformers is not installed: no transformers row")
+        return rows
+    from .hf_reference import HFTrack, raw_config
+
+    log("[compare] transformers: loading and timing")
+    model = HFTrack(raw_config(args), ckpt.weights, ckpt.config, device, session.precision)
+    rows.append(e2e_row("transformers", "GlmAsrForConditionalGeneration (sdpa)",
+                        *time_model(model, session.inputs, args, device)))
+    del model
+    _release(device)
+    return rows
+
+
+def roofline_floor(session, tokens: int, peaks) -> dict:
+    """FLOPs, bytes and the floor time of one transcription of ``tokens`` tokens on this device."""
+    cfg, inputs = session.checkpoint.config, session.inputs
+    ops = roofline.transcription_ops(cfg, windows=inputs.input_features.shape[0],
+                                     mel_frames=inputs.input_features.shape[-1], prompt_len=inputs.input_ids.shape[1],
+                                     decode_steps=max(tokens - 1, 0), dtype=session.precision.name)
+    flops, nbytes = roofline.totals(ops)
+    floor = roofline.floor_seconds(flops, nbytes, peaks, session.precision.name)
+    return {"flops": flops, "bytes": nbytes, "floor_ms": floor * 1000}
+
+
+def pair_kernel_rows(student: list[dict], solution: list[dict]) -> list[dict]:
+    """Rows side by side, matched by file and name (a template's rows are the example's)."""
+    theirs = {(r["file"], r["kernel"]): r for r in solution}
+    paired = []
+    for mine in student:
+        ref = theirs.get((mine["file"], mine["kernel"]))
+        ratio = None
+        if ref and mine["time_us"] and ref["time_us"] and mine["status"] in ("PASS", "REF"):
+            ratio = mine["time_us"] / ref["time_us"]
+        paired.append({"file": mine["file"], "kernel": mine["kernel"], "shape": mine["shape"],
+                       "on_gpu": mine["on_gpu"], "status": mine["status"], "rel_err": mine["rel_err"],
+                       "time_us": mine["time_us"],
+                       "solution_status": ref["status"] if ref else None,
+                       "solution_time_us": ref["time_us"] if ref else None, "time_ratio": ratio,
+                       "note": mine["note"]})
+    return paired
+
+
+def compare(session, args, student: dict, log=print) -> dict:
+    """Measure everything and write the report; returns the report's dict."""
+    folder = session.folder.rstrip("/").split("/")[-1]
+    solution = solution_folder(folder, getattr(args, "solution", None))
+    from .cli import folder_student_kernels
+
+    kernels = folder_student_kernels(folder) or folder_student_kernels(solution)
+    log(f"[compare] kernel self-checks: {folder} against {solution}")
+    student_kernels = kernel_rows(folder, kernel_files(folder, kernels))
+    # The solution's rows must not run on reference substitutions meant for the student's folder.
+    allowed = set(teaching.ALLOWED_REFERENCES)
+    teaching.ALLOWED_REFERENCES.clear()
+    try:
+        solution_kernels = kernel_rows(solution, kernel_files(solution, kernels))
+    finally:
+        teaching.ALLOWED_REFERENCES.update(allowed)
+    rows = [e2e_row("student", f"{folder} ({session.path} path)", student["runs_ms"], student["token_ids"])]
+    rows += measure_others(session, args, solution, log)
+    reference = next((r for r in rows if r["label"] == "transformers"),
+                     next((r for r in rows if r["label"] == "course baseline"), None))
+    peaks = roofline.device_peaks(session.device, log=lambda *_: None)
+    for row in rows:
+        floor = roofline_floor(session, row["tokens"], peaks)
+        row.update(floor, ids_equal_reference=None if reference is None else row["token_ids"] == reference["token_ids"],
+                   tflops=floor["flops"] / (row["mean_ms"] / 1000) / 1e12,
+                   gbps=floor["bytes"] / (row["mean_ms"] / 1000) / 1e9,
+                   floor_fraction=floor["floor_ms"] / row["mean_ms"])
+    report = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"), "folder": folder, "path": session.path,
+        "solution": solution, "device": roofline.device_name(session.device), "precision": session.precision.name,
+        "precision_description": session.precision.description, "model": session.checkpoint.description,
+        "audio_seconds": session.audio_seconds, "status": student["status"], "transcription": student["transcription"],
+        "reference_label": None if reference is None else reference["label"],
+        "substituted_kernels": teaching.substituted(), "student_kernels": list(kernels),
+        "kernels": pair_kernel_rows(student_kernels, solution_kernels), "end_to_end": rows,
+        "peaks": {"copy_gbps": peaks.bandwidth / 1e9, "matmul_tflops": peaks.flops_for(session.precision.name) / 1e12,
+                  "description": peaks.describe()},
+    }
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing the report
+# ---------------------------------------------------------------------------------------------
+
+
+def _us(value) -> str:
+    return "-" if value is None else (f"{value / 1000:.1f} ms" if value >= 10_000 else f"{value:.1f} us")
+
+
+def _err(value) -> str:
+    return "-" if value is None else f"{value:.2e}"
+
+
+def kernel_table(report: dict) -> str:
+    lines = ["| file | kernel | shape | status | max rel err | time | solution | student / solution |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in report["kernels"]:
+        ratio = "-" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"
+        lines.append(f"| {r['file']} | `{r['kernel']}` | {r['shape']} | {r['status']} | {_err(r['rel_err'])} | "
+                     f"{_us(r['time_us'])} | {_us(r['solution_time_us'])} | {ratio} |")
+    return "\n".join(lines)
+
+
+def e2e_table(report: dict) -> str:
+    ref = report["reference_label"]
+    lines = [f"| run | what | time | ms/token | tokens | ids = {ref or 'reference'} | TFLOP/s | GB/s | "
+             "floor / time |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in report["end_to_end"]:
+        same = "-" if r["ids_equal_reference"] is None else ("yes" if r["ids_equal_reference"] else "**no**")
+        lines.append(f"| {r['label']} | {r['what']} | {r['mean_ms']:.1f} ± {r['std_ms']:.1f} ms | "
+                     f"{r['ms_per_token']:.2f} | {r['tokens']} | {same} | {r['tflops']:.3g} | {r['gbps']:.3g} | "
+                     f"{r['floor_fraction'] * 100:.2g} % |")
+    return "\n".join(lines)
+
+
+def bottlenecks(report: dict) -> list[str]:
+    """Plain sentences: what failed, what is missing, what is much slower than the solution."""
+    notes = []
+    by_status = {s: [r["kernel"] for r in report["kernels"] if r["status"] == s] for s in ("FAIL", "TODO", "REF")}
+    if by_status["FAIL"]:
+        notes.append(f"Wrong results (fix these first): {', '.join(by_status['FAIL'])}.")
+    if by_status["TODO"]:
+        notes.append(f"Not written yet: {', '.join(by_status['TODO'])}.")
+    if by_status["REF"]:
+        notes.append(f"Ran the example's kernels (--allow-reference), so their times are the solution's: "
+                     f"{', '.join(by_status['REF'])}.")
+    slow = sorted((r for r in report["kernels"] if r["on_gpu"] and r["time_ratio"] and r["time_ratio"] > SLOWER_FLAG
+                   and r["status"] == "PASS"), key=lambda r: -r["time_ratio"])
+    for r in slow:
+        notes.append(f"`{r['kernel']}` ({r['shape']}) takes {r['time_ratio']:.2f}x the solution's time.")
+    rows = {r["label"]: r for r in report["end_to_end"]}
+    mine = rows["student"]
+    peaks = report["peaks"]
+    notes.append(f"The whole transcription reaches {mine['floor_fraction'] * 100:.2g} % of its roofline floor "
+                 f"({mine['floor_ms']:.3g} ms: {mine['flops'] / 1e9:.3g} GFLOP and {mine['bytes'] / 1e6:.3g} MB "
+                 f"at the measured peaks, {peaks['matmul_tflops']:.3g} TFLOP/s and {peaks['copy_gbps']:.0f} GB/s).")
+    if "course baseline" in rows:
+        base = rows["course baseline"]
+        notes.append(f"Against the course baseline: {base['mean_ms'] / mine['mean_ms']:.2f}x its speed "
+                     f"({mine['mean_ms']:.1f} ms vs {base['mean_ms']:.1f} ms).")
+    if not any(r["on_gpu"] for r in report["kernels"]):
+        notes.append("The kernels ran on a CPU (interpreter or emulator): their times and ratios say nothing about "
+                     "a GPU. Run the comparison on a GPU for the numbers to grade.")
+    return notes
+
+
+def markdown(report: dict, plot: str | None) -> str:
+    kernels = report["kernels"]
+    counts = {s: sum(r["status"] == s for r in kernels if r["kernel"] in report["student_kernels"])
+              for s in ("PASS", "FAIL", "TODO", "REF")}
+    on_gpu = any(r.get("on_gpu") for r in kernels)
+    where = "GPU: median times" if on_gpu else "CPU: one call each in the interpreter or emulator, not kernel times"
+    parts = [
+        f"# Kernel report: {report['folder']}",
+        "",
+        f"{report['date']} · {report['device']} · precision {report['precision']} ({report['precision_description']})"
+        f" · {report['model']} · {report['audio_seconds']:.1f} s of audio · graded against {report['solution']}",
+        "",
+        "## 1. Implementation summary",
+        "",
+        f"Course kernels (their own self-check rows): {counts['PASS']} pass, {counts['FAIL']} fail, "
+        f"{counts['TODO']} to write, {counts['REF']} on the example's kernel. End to end ({report['path']} path): "
+        f"**{report['status']}**; transcription: \"{report['transcription']}\".",
+        "",
+        "## 2. Profiling",
+        "",
+        f"Each kernel file's self-check, in the student's folder and in the solution's ({where}).",
+        "",
+        kernel_table(report),
+        "",
+        "For a per-operator profile of the whole model: `./benchmark_detailed.sh FOLDER` (times by component,"
+        " kernel tables, roofline of every operator class).",
+        "",
+        "## 3. Bottleneck analysis",
+        "",
+        *[f"- {note}" for note in bottlenecks(report)],
+        "",
+        "## 4. Optimisation attempts",
+        "",
+        "_Student: what you changed, what you predicted from the roofline, what you measured before and after"
+        " (keep the reports of each attempt)._",
+        "",
+        "## 5. Comparison with the baseline",
+        "",
+        e2e_table(report),
+        "",
+        "Floor: the longer of two times, the transcription's FLOPs at the device's measured matmul peak and its "
+        "minimum bytes at the measured copy bandwidth (glm_asr_common/roofline.py: "
+        f"{report['peaks']['description']}); `floor / time` is the fraction of that bound reached.",
+    ]
+    if plot:
+        parts += ["", f"![roofline]({plot})"]
+    return "\n".join(parts) + "\n"
+
+
+def plot_roofline(report: dict, path: Path) -> bool:
+    """Each end-to-end run as a point (FLOP per byte, TFLOP/s) under the device's roofline."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    peak = report["peaks"]["matmul_tflops"]
+    bandwidth = report["peaks"]["copy_gbps"] / 1000  # TB/s
+    if not peak:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    xs = [10 ** (i / 20) for i in range(-40, 81)]
+    ax.plot(xs, [min(peak, bandwidth * x) for x in xs], color="black", lw=1.2, label="roofline (measured peaks)")
+    for r in report["end_to_end"]:
+        intensity = r["flops"] / r["bytes"]
+        ax.scatter([intensity], [r["tflops"]], s=40, zorder=3, label=f"{r['label']}: {r['mean_ms']:.1f} ms")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte, whole transcription)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"{report['folder']} vs {report['solution']} ({report['precision']}, {report['device']})", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write_report(report: dict, out_dir: str) -> Path:
+    """report.md, report.json and roofline.png into ``out_dir`` (created); returns the Markdown path."""
+    directory = Path(out_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the report folder {out_dir}: {e.strerror}") from None
+    plot = "roofline.png" if plot_roofline(report, directory / "roofline.png") else None
+    (directory / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    (directory / "report.md").write_text(markdown(report, plot))
+    return directory / "report.md"
+
+
+def print_summary(report: dict):
+    """The report's two tables, as plain text for the terminal."""
+    print("=" * 60)
+    print(f"COMPARISON: {report['folder']} against {report['solution']}")
+    print("=" * 60)
+    print(f"{'kernel':34} {'status':6} {'rel err':>9} {'time':>10} {'solution':>10} {'ratio':>6}")
+    for r in report["kernels"]:
+        ratio = "" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"
+        print(f"{r['kernel']:34} {r['status']:6} {_err(r['rel_err']):>9} {_us(r['time_us']):>10} "
+              f"{_us(r['solution_time_us']):>10} {ratio:>6}")
+    print()
+    ref = report["reference_label"] or "reference"
+    print(f"{'run':16} {'time (ms)':>16} {'ms/token':>9} {'tokens':>6} {'ids = ' + ref:>20} {'floor/time':>10}")
+    for r in report["end_to_end"]:
+        same = "-" if r["ids_equal_reference"] is None else ("yes" if r["ids_equal_reference"] else "NO")
+        print(f"{r['label']:16} {r['mean_ms']:9.1f} ± {r['std_ms']:5.1f} {r['ms_per_token']:9.2f} {r['tokens']:6d} "
+              f"{same:>20} {r['floor_fraction'] * 100:9.1f}%")

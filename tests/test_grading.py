@@ -1,0 +1,102 @@
+"""The grader's comparison, ``./benchmark.sh FOLDER --compare``: its numbers follow the student's kernels.
+
+A "student" folder is the template filled with the example's kernels, one of them then broken (GELU
+computed as the identity). Compared against the example on the tiny checkpoint, the report must show
+that kernel FAIL with its error, every other course kernel PASS, the end-to-end rows of the student,
+the course baseline, the fast path and transformers on the same inputs (the baseline's ids equal to
+transformers' in IEEE fp32), and the five sections of the course rubric, in Markdown and JSON.
+"""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "utils"))
+
+import make_template  # noqa: E402
+
+from glm_asr_common.errors import run_cli  # noqa: E402
+from glm_asr_triton_example import STUDENT_KERNELS  # noqa: E402
+
+STUDENT = "glm_asr_triton_filled"  # git-ignored: a folder of the repository only while this test runs
+BROKEN = "gelu_kernel"
+RUBRIC = ["## 1. Implementation summary", "## 2. Profiling", "## 3. Bottleneck analysis",
+          "## 4. Optimisation attempts", "## 5. Comparison with the baseline"]
+
+
+@pytest.fixture(scope="module")
+def student_folder():
+    target = REPO / STUDENT
+    shutil.rmtree(target, ignore_errors=True)
+    make_template.write(make_template.render(STUDENT, filled=True), target)
+    layers = target / "layers.py"
+    text = layers.read_text()
+    start = text.index(f"def {BROKEN}(")
+    line = text.index("\n    y = ", start) + 1
+    line_end = text.index("\n", line)
+    # The student's GELU stores its input unchanged: a wrong kernel that still runs.
+    layers.write_text(text[:line] + "    y = x" + text[line_end:])
+    yield STUDENT
+    shutil.rmtree(target, ignore_errors=True)
+
+
+def test_compare_report_follows_the_students_kernels(student_folder, tiny_ckpt, clips, tmp_path, capsys):
+    import benchmark_student
+
+    report_dir = tmp_path / "report"
+    argv = [student_folder, "--compare", "--report", str(report_dir), "--audio", str(clips["short"]),
+            "--model", str(tiny_ckpt), "--device", "cpu", "--precision", "fp32", "--min-new-tokens", "3",
+            "--max-new-tokens", "3", "--runs", "1", "--warmup", "0"]
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(benchmark_student.main, argv)
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 0, out + err
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["folder"] == student_folder and report["solution"] == "glm_asr_triton_example"
+
+    rows = {r["kernel"]: r for r in report["kernels"]}
+    assert set(STUDENT_KERNELS) <= set(rows)
+    assert rows[BROKEN]["status"] == "FAIL" and rows[BROKEN]["rel_err"] > 0.1
+    assert rows[BROKEN]["solution_status"] == "PASS"
+    for kernel in set(STUDENT_KERNELS) - {BROKEN}:
+        assert rows[kernel]["status"] == "PASS", rows[kernel]
+        assert rows[kernel]["rel_err"] < 1e-2 and rows[kernel]["time_us"] > 0 and rows[kernel]["solution_time_us"] > 0
+
+    e2e = {r["label"]: r for r in report["end_to_end"]}
+    assert list(e2e) == ["student", "course baseline", "fast path", "transformers"]
+    assert report["reference_label"] == "transformers"
+    assert e2e["course baseline"]["ids_equal_reference"] and e2e["fast path"]["ids_equal_reference"]
+    assert e2e["transformers"]["token_ids"] == e2e["course baseline"]["token_ids"]
+    for row in e2e.values():
+        assert row["tokens"] == 3 and row["mean_ms"] > 0 and 0 < row["floor_fraction"] < 1
+        assert row["flops"] > 0 and row["bytes"] > 0
+
+    markdown = (report_dir / "report.md").read_text()
+    positions = [markdown.index(section) for section in RUBRIC]
+    assert positions == sorted(positions)
+    assert f"| layers.py | `{BROKEN}` |" in markdown and "| FAIL |" in markdown
+    assert f"Wrong results (fix these first): {BROKEN}" in markdown
+    assert "COMPARISON: glm_asr_triton_filled against glm_asr_triton_example" in out
+
+
+def test_compare_options_need_compare(tiny_ckpt, capsys):
+    import benchmark_student
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(benchmark_student.main, ["glm_asr_triton_example", "--report", "x", "--model", str(tiny_ckpt)])
+    _, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and err.strip() == "error: --report and --solution go with --compare"
+
+
+def test_compare_rejects_an_unknown_solution(tiny_ckpt, capsys):
+    import benchmark_student
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(benchmark_student.main, ["glm_asr_triton_template", "--compare", "--solution", "nowhere",
+                                         "--model", str(tiny_ckpt)])
+    _, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and err.startswith("error: --solution nowhere: not a model folder")
