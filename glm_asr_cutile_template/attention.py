@@ -230,6 +230,28 @@ def _self_check():
     out = torch.empty(1, T, heads, 64, device=dev, dtype=dt).permute(0, 2, 1, 3)
     reference = torch.softmax(q.double() @ k.double().transpose(-1, -2) * scale, -1) @ v.double()
     check.check("encoder_attention", lambda: encoder_attention(q, k, v, scale, out), lambda: reference, shape, 2e-2)
+
+    # The decoder, GQA 16/4, head_dim 128: one decode token over a cache with a left-padded row.
+    B, Hq, Hkv, D, T_max = 2, 16, 4, 128, (1024 if on_gpu else 48)
+    valid = T_max // 2
+    row_start = torch.tensor([0, 7], dtype=torch.int32, device=dev)
+    q1 = torch.randn(B, 1, Hq, D, device=dev, dtype=dt)
+    k_cache, v_cache = (torch.randn(B, Hkv, T_max, D, device=dev, dtype=dt) for _ in range(2))
+    counters = torch.tensor([valid - 1, valid], dtype=torch.int32, device=dev)
+    decoded = torch.empty(B, 1, Hq, D, device=dev, dtype=dt)
+
+    def decode_reference():
+        keys = torch.arange(valid, device=dev)
+        k, v = (c[:, :, :valid].double().repeat_interleave(Hq // Hkv, 1) for c in (k_cache, v_cache))
+        s = q1.transpose(1, 2).double() @ k.transpose(-1, -2) * D ** -0.5
+        s = s.masked_fill(keys < row_start[:, None, None, None], float("-inf"))
+        return (torch.softmax(s, -1) @ v).transpose(1, 2)
+
+    check.check("decoder_attention[decode]",
+                lambda: decoder_attention(q1, k_cache, v_cache, D ** -0.5, decoded, causal=False, n_keys=T_max,
+                                          row_start=row_start, first_slot=counters[:1], valid_len=counters[1:],
+                                          precision="tf32"),
+                decode_reference, f"({B}, {Hq}, {T_max}, {D}) bf16", 2e-2)
     check.finish()
 
 

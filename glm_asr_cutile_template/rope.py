@@ -147,7 +147,7 @@ def _self_check():
     ecos, esin = torch_rope_tables(positions, 32, 10000.0)
     qkv = torch.randn(1, P_enc, 3 * 20 * 64, device=dev, dtype=torch.bfloat16)
     qk = qkv[..., : 2 * 20 * 64].view(1, P_enc, 40, 64)
-    check.check("apply_rope_kernel[encoder q+k]", lambda: apply_rope(qk.clone(), ecos, esin, positions, 32),
+    check.check("apply_rope_kernel", lambda: apply_rope(qk.clone(), ecos, esin, positions, 32),
                 lambda: torch_rope(qk, ecos[None], esin[None], 32), f"{tuple(qk.shape)} bf16", 1e-2)
     # The decoder: 16 q heads of 128, full rotary, per-row positions (a left-padded second row).
     T = 12
