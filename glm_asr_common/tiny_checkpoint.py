@@ -154,7 +154,9 @@ def build_processor(tokenizer):
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
-def build_config(tokenizer, *, tie_word_embeddings: bool):
+def build_config(tokenizer, *, tie_word_embeddings: bool, audio: dict | None = None, text: dict | None = None):
+    """The tiny GlmAsrConfig; ``audio`` / ``text`` override entries of its encoder / decoder config
+    (awkward shapes: a head_dim that is not a power of two, odd hidden and intermediate sizes)."""
     from transformers import GlmAsrConfig
 
     n_tok = len(tokenizer)
@@ -187,6 +189,8 @@ def build_config(tokenizer, *, tie_word_embeddings: bool):
         bos_token_id=None,
         tie_word_embeddings=tie_word_embeddings,
     )
+    audio_config.update(audio or {})
+    text_config.update(text or {})
     return GlmAsrConfig(
         audio_config=audio_config,
         text_config=text_config,
@@ -265,6 +269,8 @@ def build_tiny_checkpoint(
     storage_dtype: str = "float32",
     tie_word_embeddings: bool = False,
     seed: int = 0,
+    audio: dict | None = None,
+    text: dict | None = None,
 ) -> pathlib.Path:
     """Write a tiny random GlmAsrForConditionalGeneration + GlmAsrProcessor to ``out_dir``.
 
@@ -273,6 +279,7 @@ def build_tiny_checkpoint(
     Same ``seed`` => same weights (up to the storage rounding) for every variant, except
     that a tied model has no separate lm_head.  Verifies the round trip (AutoProcessor,
     chat template, from_pretrained state dict equality) and raises RuntimeError if broken.
+    ``audio`` / ``text``: overrides of the encoder / decoder config (see ``build_config``).
     Returns ``pathlib.Path(out_dir)``.
     """
     from transformers.utils import logging as hf_logging
@@ -280,13 +287,13 @@ def build_tiny_checkpoint(
     bars_were_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        return _build(pathlib.Path(out_dir), sharded, storage_dtype, tie_word_embeddings, seed)
+        return _build(pathlib.Path(out_dir), sharded, storage_dtype, tie_word_embeddings, seed, audio, text)
     finally:
         if bars_were_on:
             hf_logging.enable_progress_bar()
 
 
-def _build(out, sharded, storage_dtype, tie_word_embeddings, seed) -> pathlib.Path:
+def _build(out, sharded, storage_dtype, tie_word_embeddings, seed, audio, text) -> pathlib.Path:
     import torch
     from transformers import AutoProcessor, GlmAsrForConditionalGeneration, GlmAsrProcessor
 
@@ -297,7 +304,7 @@ def _build(out, sharded, storage_dtype, tie_word_embeddings, seed) -> pathlib.Pa
 
     tokenizer = build_tokenizer()
     processor = build_processor(tokenizer)
-    config = build_config(tokenizer, tie_word_embeddings=tie_word_embeddings)
+    config = build_config(tokenizer, tie_word_embeddings=tie_word_embeddings, audio=audio, text=text)
 
     torch.manual_seed(seed)  # the constructor's own init; everything is overwritten below
     model = GlmAsrForConditionalGeneration(config).eval()
