@@ -52,10 +52,13 @@ REDRAW_SECONDS = 0.1
 MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
 
 
-def device_label(device: str, folder: str) -> str:
+def device_label(device: str, track: str) -> str:
     """Where a track's kernels run, as the card says it."""
+    folder, path = track.split(":")
     if device != "cpu":
         return f"{device} ({torch.cuda.get_device_name()})"
+    if path == "cupy":
+        return "cpu (NumPy in place of CuPy)"
     if "triton" in folder:
         return "cpu (Triton interpreter)"
     if "cutile" in folder:
@@ -196,7 +199,7 @@ def transcribe(track: str, settings: dict, audio: Audio, live=None) -> Run:
     check_audio_length(audio.samples, checkpoint.config, audio.name)
     inputs = prepare_inputs([audio.samples], checkpoint.config, checkpoint.processor)
     run = Run(track, settings["checkpoint"], checkpoint.description, settings["precision"],
-              device_label(settings["device"], folder), audio.name, audio.seconds, settings["max_new_tokens"],
+              device_label(settings["device"], track), audio.name, audio.seconds, settings["max_new_tokens"],
               first_run=loaded.runs == 0)
     cuda = settings["device"] == "cuda"
     if cuda and loaded.runs == 0:
@@ -274,17 +277,16 @@ def show_run(run: Run, live_text=None):
 
 def sidebar(device: str) -> dict:
     folders = track_folders()
-    # The CuPy baseline needs a GPU.
-    tracks = [f"{f}:{p}" for f in folders for p in track_paths(f) if p != "cupy" or device == "cuda"]
+    tracks = [f"{f}:{p}" for f in folders for p in track_paths(f)]
     with st.sidebar:
         mode = st.radio("Mode", ["transcribe", "compare"], horizontal=True, key="mode",
                         help="compare: run several tracks on the same clip and table their times")
         if mode == "transcribe":
             default = folders.index("glm_asr_triton_example") if "glm_asr_triton_example" in folders else 0
             folder = st.selectbox("Track", folders, index=default, key="folder")
-            path = st.radio("Path", track_paths(folder) if device == "cuda" else
-                            [p for p in track_paths(folder) if p != "cupy"], horizontal=True, key="path",
-                            help="fast: the fused production kernels; course: the course kernels alone")
+            path = st.radio("Path", track_paths(folder), horizontal=True, key="path",
+                            help="fast: the fused production kernels; course: the course kernels alone; "
+                                 "cupy: plain CuPy array operations (NumPy without a GPU)")
             chosen = [f"{folder}:{path}"]
         else:
             preferred = [t for t in ("glm_asr_scratch:course", "glm_asr_triton_example:fast") if t in tracks]

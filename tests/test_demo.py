@@ -95,7 +95,7 @@ def test_page_opens_offline_ready_with_the_test_clip():
     assert not app.exception and not app.error
     assert app.selectbox(key="checkpoint").value == TINY  # no GPU: the choice that works without a download
     assert "meaningless" in app.warning[0].value
-    assert any(c.value.startswith("test_audio.wav: 16-bit WAV, 16 kHz, mono, 3.5 s") for c in app.caption)
+    assert any(c.value.startswith("test_audio.wav: 16-bit WAV, 16 kHz, mono, 3.5 s, peak ") for c in app.caption)
     assert app.button(key="transcribe").label == "Transcribe"
 
 
