@@ -47,7 +47,7 @@ from glm_asr_common.hf_reference import HFTrack, raw_config
 from glm_asr_common.precision import from_options, get_precision
 from glm_asr_common.profiling import (aggregate, component_of, profile_run, quartiles, split_graph_replays, summarize,
                                       timed_run)
-from glm_asr_common.runtime import REPO_ROOT, track_folders
+from glm_asr_common.runtime import REPO_ROOT, resolve_path, track_folders, track_paths
 
 PHASE_LABEL = {"encoder": "encoder", "projector": "projector", "prefill": "prefill", "decode": "decode",
                "outside": "outside"}
@@ -413,7 +413,8 @@ def build_report(session, args, measured: dict, peaks, label: str) -> dict:
     }
     processor = session.checkpoint.processor
     report = {
-        "label": label, "folder": label, "model": session.checkpoint.description, "precision": precision, "device": device,
+        "label": label, "folder": label.split(":")[0], "path": session.path, "model": session.checkpoint.description,
+        "precision": precision, "device": device,
         "device_name": peaks.device, "audio_seconds": round(session.audio_seconds, 3),
         "windows": int(inputs.input_features.shape[0]), "mel_frames": int(inputs.input_features.shape[-1]),
         "prompt_len": int(inputs.input_ids.shape[1]), "tokens": len(tokens), "decode_steps": steps,
@@ -446,11 +447,19 @@ def build_report(session, args, measured: dict, peaks, label: str) -> dict:
     return report
 
 
+def split_track(spec: str) -> tuple[str, str | None]:
+    """"folder" or "folder:path" -> (folder name, path or None)."""
+    folder, _, path = spec.partition(":")
+    return folder.rstrip("/").split("/")[-1], path or None
+
+
 def analyze(args, folder: str, peaks, hf_like=None) -> tuple[dict, object]:
     """Load ``folder`` (or transformers when hf_like is a session), measure, return (report, session)."""
     if hf_like is None:
         session = open_session(args, folder)
         label = folder.rstrip("/").split("/")[-1]
+        if len(track_paths(label)) > 1:  # which path, where a folder has several (fast / course)
+            label = f"{label}:{session.path}"
     else:
         session = open_hf_session(args, hf_like)
         label = "transformers"
@@ -1126,7 +1135,9 @@ def main(argv) -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0], prog="benchmark_detailed.py")
     parser.add_argument("folder", nargs="?", help="track folder, e.g. glm_asr_triton_example")
     add_common_args(parser, runs_default=10)
-    parser.add_argument("--compare", metavar="OTHER_FOLDER", help="measure OTHER_FOLDER too, side by side")
+    parser.add_argument("--compare", metavar="FOLDER[:PATH]",
+                        help="measure another folder, or another path (e.g. glm_asr_triton_example:course), "
+                             "side by side")
     parser.add_argument("--baseline", choices=["hf"], help="hf: transformers' own model, same weights, as a column")
     parser.add_argument("--attention-only", action="store_true", help="micro-benchmark the attention kernels")
     parser.add_argument("--linear-only", action="store_true", help="micro-benchmark the linear kernels")
@@ -1145,8 +1156,9 @@ def main(argv) -> int:
     # One name for the precision from here on (bf16, tf32, fp32): it picks the roof and the bytes.
     args.precision, args.dtype = from_options(args.precision, args.dtype).name, None
     folders = track_folders()
-    for f in [args.folder] + ([args.compare] if args.compare else []):
-        if f.rstrip("/").split("/")[-1] not in folders:
+    other, other_path = split_track(args.compare) if args.compare else (None, None)
+    for f in [args.folder] + ([other] if other else []):
+        if f not in folders:
             raise UserError(f"unknown folder {f!r}; choose one of: {', '.join(folders)}")
     folder = args.folder.rstrip("/").split("/")[-1]
     if args.nsys:
@@ -1165,15 +1177,17 @@ def main(argv) -> int:
     if args.attention_only or args.linear_only:
         if args.baseline:
             print("note: --baseline is for whole transcriptions; the micro-benchmarks compare with torch")
-        folders_run = [folder] + ([args.compare.rstrip("/").split("/")[-1]] if args.compare else [])
+        folders_run = [folder] + ([other] if other else [])
         res = run_micro(args, folders_run, peaks)
         print_micro(res, peaks)
         if args.json:
             write_json(args.json, res)
         return 0
 
-    if args.compare and args.compare.rstrip("/").split("/")[-1] == folder:
-        raise UserError("--compare names the same folder as the one measured")
+    if other:
+        resolve_path(other, other_path)  # an unknown path fails now, not after the first measurement
+        if (other, resolve_path(other, other_path)) == (folder, resolve_path(folder, args.path)):
+            raise UserError("--compare names the folder and path already measured")
     main_report, session = analyze(args, folder, peaks)
     reports = [main_report]
     print_report(main_report, peaks, args.top)
@@ -1185,9 +1199,13 @@ def main(argv) -> int:
     else:
         del session
         release(device)
-    if args.compare:
-        other, other_session = analyze(args, args.compare.rstrip("/").split("/")[-1], peaks)
-        reports.append(other)
+    if other:
+        own_path, args.path = args.path, other_path
+        try:
+            other_report, other_session = analyze(args, other, peaks)
+        finally:
+            args.path = own_path
+        reports.append(other_report)
         del other_session
         release(device)
     if hf_source is not None:
