@@ -413,7 +413,7 @@ def build_report(session, args, measured: dict, peaks, label: str) -> dict:
     }
     processor = session.checkpoint.processor
     report = {
-        "label": label, "folder": label.split(":")[0], "path": session.path, "model": session.checkpoint.description,
+        "label": label, "folder": label.split(":")[0], "path": getattr(session, "path", None), "model": session.checkpoint.description,
         "precision": precision, "device": device,
         "device_name": peaks.device, "audio_seconds": round(session.audio_seconds, 3),
         "windows": int(inputs.input_features.shape[0]), "mel_frames": int(inputs.input_features.shape[-1]),
