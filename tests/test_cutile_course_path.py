@@ -1,0 +1,105 @@
+"""The cuTile example's course path (glm_asr_cutile_example/model.py) beyond token parity (which
+tests/test_parity.py and tests/test_awkward_shapes.py check for every track):
+
+* torch computes nothing: every aten op the forward calls outside a cuTile kernel is an allocation,
+  a view or a copy (the emulator's own torch work inside a launch is not the model's);
+* every kernel signature a transcription launches — the course kernels at the model's shapes (4-d
+  strided views, GQA's 0-stride kv heads) and the provided glue — compiles for sm_90 with the real
+  compiler, in tf32, IEEE fp32 and bf16;
+* the three attention kernels at the encoder's window lengths and past them (1500, 1501, 3000 keys)
+  with a head size that is not a power of two.
+
+Without a GPU the kernels run in the cuTile emulator.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+from glm_asr_common import cutile_runtime
+from glm_asr_common.audio import load_audio
+from glm_asr_common.cutile_runtime import MODE, recorded_signatures, write_signatures
+from parity import inputs_for, track_model
+from test_cutile_kernels import _compile_toolchain_missing
+from test_triton_forward_ops import ALLOWED
+
+REPO = Path(__file__).resolve().parent.parent
+COURSE = "glm_asr_cutile_example:course"
+DEV = "cuda" if MODE == "gpu" else "cpu"
+COURSE_MODULES = tuple(f"glm_asr_cutile_example.{m}" for m in ("layers", "attention", "rope", "glue", "conv"))
+
+
+class OpRecorder(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.skipif(MODE != "emulate", reason="on a GPU the kernels' own work never reaches torch anyway")
+def test_course_path_uses_torch_only_to_allocate_view_and_copy(tiny_ckpt, clips, monkeypatch):
+    model, ckpt = track_model(COURSE, tiny_ckpt)
+    inputs = inputs_for(ckpt, [load_audio(clips["short"]), load_audio(clips["other"])])
+    recorder = OpRecorder()
+    emulated_launch = cutile_runtime.ct.launch
+
+    def launch_outside_the_record(*args):
+        with _disable_current_modes():  # the kernel's tile work runs as plain torch, unrecorded
+            emulated_launch(*args)
+
+    monkeypatch.setattr(cutile_runtime.ct, "launch", launch_outside_the_record)
+    with recorder:
+        model.generate(inputs, 3, 3)
+    computed = sorted(recorder.ops - ALLOWED)
+    assert not computed, f"torch computed {computed} in the forward pass; these must be cuTile kernels"
+    assert "copy_" in recorder.ops or "_to_copy" in recorder.ops  # the recorder did see the forward
+
+
+def test_course_path_signatures_compile_for_sm_90(tiny_ckpt, clips, tmp_path):
+    """Transcribe in each precision (every launcher and dtype the model uses; one row, the GPU's
+    usual case, and a left-padded batch of two), then compile each distinct signature the course
+    path launched."""
+    if MODE != "emulate":
+        pytest.skip("on a GPU every launch compiles its signature already")
+    missing = _compile_toolchain_missing()
+    if missing:
+        pytest.skip(missing)
+    for precision, batch in (("tf32", ["short"]), ("bf16", ["short"]), ("fp32", ["short", "other"])):
+        model, ckpt = track_model(COURSE, tiny_ckpt, precision)
+        model.generate(inputs_for(ckpt, [load_audio(clips[name]) for name in batch]), 2, 2)
+    signatures = [s for s in recorded_signatures() if s["kernel"].rsplit(".", 1)[0] in COURSE_MODULES]
+    record = tmp_path / "signatures.json"
+    write_signatures(record, signatures)
+    result = subprocess.run([sys.executable, str(REPO / "utils" / "cutile_compile_check.py"), "--signatures",
+                             str(record)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    compiled = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("PASS")}
+    launched = {s["kernel"] for s in signatures}
+    assert compiled == launched, f"not compiled: {sorted(launched - compiled)}"
+    assert {name.rsplit(".", 1)[0] for name in compiled} == set(COURSE_MODULES)
+
+
+@pytest.mark.parametrize("keys", [1500, 1501, 3000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_cutile_attention_at_window_lengths(keys, dtype):
+    from glm_asr_cutile_example.attention import attention_output, attention_scores, softmax_inplace
+
+    gen = torch.Generator().manual_seed(keys)
+    # A few queries over the whole window, head size 24 (padded to 32 lanes).
+    q, k, v = (torch.randn(1, 2, n, 24, generator=gen).to(DEV, dtype) for n in (5, keys, keys))
+    scale = 24 ** -0.5
+    probs = softmax_inplace(attention_scores(q, k, scale, precision="ieee"))
+    out = attention_output(probs, v, precision="ieee")
+    expected_probs = torch.softmax(q.double() @ k.double().transpose(-1, -2) * scale, -1)
+    torch.testing.assert_close(probs.double(), expected_probs, rtol=1e-5, atol=1e-7)
+    # transformers casts the probabilities to v's dtype before the product.
+    expected = probs.to(dtype).double() @ v.double()
+    tol = {torch.float32: 1e-5, torch.bfloat16: 1e-2}[dtype]
+    torch.testing.assert_close(out.double(), expected, rtol=tol, atol=tol)
