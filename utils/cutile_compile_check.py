@@ -37,7 +37,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_MODULES = ("glm_asr_cutile_example.layers", "glm_asr_cutile_example.attention",
-                   "glm_asr_cutile_example.rope")
+                   "glm_asr_cutile_example.rope", "glm_asr_cutile_example.glue", "glm_asr_cutile_example.conv")
 # cuTile specialises strides, sizes and divisibility only for arrays of up to this many dimensions.
 SPECIALISED_NDIM = 5
 
