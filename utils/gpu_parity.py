@@ -17,7 +17,9 @@ fed the track's own ids, how far each chosen id falls below its best logit at th
 ids are transformers'; it judges the decode path even after a near-tie has split the sequences).
 For tf32 and bf16, transformers' own run in that precision is measured the same way: the yardstick a
 track's regret is held to. Also times transformers' transcription (13 tokens) as the speed anchor.
-Writes one JSON line per (track, precision) to --json.
+Verdict per track and precision: IEEE fp32 ids equal transformers' fp32 ids; tf32 and bf16 regret no
+larger than transformers' own run's in that precision. Exit 1 when one fails, or when the reference's
+ids hold fewer than --min-distinct distinct ids. Writes one JSON line per (track, precision) to --json.
 """
 
 import argparse
@@ -137,6 +139,17 @@ def compare(name, precision, ids, logits, reference, args) -> dict:
     return row
 
 
+def verdict(row: dict, hf_row: dict) -> str:
+    """IEEE fp32 must reproduce transformers' fp32 ids; TF32 and bf16 must stray no further from them
+    (teacher-forced regret) than transformers' own run in the same precision."""
+    if row["precision"] == "fp32":
+        equal = row["tokens_agree"] == row["tokens"]
+        return "PASS (ids equal)" if equal else f"FAIL (ids differ from token {row['tokens_agree']})"
+    ok = row["max_regret"] <= hf_row["max_regret"] + 1e-6
+    return (f"{'PASS' if ok else 'FAIL'} (regret {row['max_regret']:.3g} vs transformers' {row['precision']} "
+            f"{hf_row['max_regret']:.3g})")
+
+
 @torch.no_grad()
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -199,15 +212,21 @@ def main():
             torch.cuda.empty_cache()
             with torch_matmul_precision(fp32):
                 rows.append(compare(track, precision_name, ids, logits, reference, args))
+            rows[-1]["verdict"] = verdict(rows[-1], row)
+            print(f"[{precision_name}] {track}: {rows[-1]['verdict']}", flush=True)
         del run_weights
         torch.cuda.empty_cache()
     if args.json:
         Path(args.json).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    failed = [f"{r['track']} {r['precision']}" for r in rows if r.get("verdict", "PASS").startswith("FAIL")]
     if distinct < args.min_distinct:
         print(f"FAIL: the reference's {args.tokens} greedy ids hold {distinct} distinct ids (< {args.min_distinct}): "
               "the random weights do not exercise the decode path")
         return 1
-    return 0
+    print(f"FAIL: {', '.join(failed)}" if failed else
+          f"PASS: every track path, {distinct} distinct ids of {args.tokens}: IEEE fp32 ids equal transformers' fp32, "
+          "tf32/bf16 regret no worse than transformers' own run in that precision")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
