@@ -2,6 +2,7 @@
 
 import importlib
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,8 +77,10 @@ def import_track(folder: str, path: str | None = None, device: str | None = None
 
 
 def path_summary(module) -> str:
-    """The first line of a path module's docstring: what that path is, for headers and reports."""
-    return (module.__doc__ or "").strip().splitlines()[0].rstrip(":.") if module.__doc__ else module.__name__
+    """What a path is, for headers and reports: its module docstring's opening words, up to the first
+    colon or full stop ("GLM-ASR on the course kernels")."""
+    doc = " ".join((module.__doc__ or "").split("\n\n")[0].split())
+    return re.split(r"[:.](?:\s|$)", doc, maxsplit=1)[0] if doc else module.__name__
 
 
 @dataclass

@@ -108,7 +108,13 @@ for part in "${PARTS[@]}"; do
             step parity 560 python3 utils/gpu_parity.py --tracks "$(track_paths)" --json "$OUT_DIR/parity.jsonl"
             ;;
         clips)
-            step clips 560 python3 utils/gpu_clips.py --tracks "$(track_paths | cut -d, -f2-)" --json "$OUT_DIR/clips.jsonl"
+            # Every kernel path on the short and odd clips; the 5 minute clip (ten windows, a 3765-token
+            # prompt) on the fast paths only: IEEE-fp32 runs of ten windows take minutes.
+            step clips 400 python3 utils/gpu_clips.py --tracks "$(track_paths | cut -d, -f2-)" \
+                --clips "test clip 3.5 s,0.3 s,30.5 s,45 s,44.1 kHz stereo" --json "$OUT_DIR/clips_short.jsonl"
+            step "clips (5 min)" 400 python3 utils/gpu_clips.py --tracks "$(track_paths | tr , '\n' | grep :fast | paste -sd,)" \
+                --clips "5 min" --json "$OUT_DIR/clips_long.jsonl"
+            cat "$OUT_DIR"/clips_short.jsonl "$OUT_DIR"/clips_long.jsonl > "$OUT_DIR/clips.jsonl" 2>/dev/null
             ;;
         kernels)
             for file in layers attention rope glue conv fast_linear fast_attention fast_rope fast_head; do
