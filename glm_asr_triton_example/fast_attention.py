@@ -159,7 +159,7 @@ def _flash_config(head_dim: int, dtype: torch.dtype, precision: str) -> tuple[in
         # tf32 on the tensor cores; fp32 tiles take twice the shared memory of bf16 ones.
         return (64, 64, 4, 3) if head_dim <= 64 else (64, 32, 4, 2)
     if head_dim <= 64:
-        # Encoder, 1500 x 1500, 20 heads: 39.5 us, on par with torch's SDPA flash backend.
+        # Encoder, 1500 x 1500, 20 heads: on par with torch's SDPA flash backend (docs/performance.md).
         return 128, 64, 8, 3
     # Decoder prefill, head_dim 128: 64-row query blocks give short prompts enough programs.
     return 64, 64, 4, 3

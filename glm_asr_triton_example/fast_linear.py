@@ -337,9 +337,8 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
     elem_bytes = dtype.itemsize
     if M == 1 and not gated:
         # 8 weight rows x 4 KiB per step: each thread of 4 warps keeps eight 16-byte loads in
-        # flight (8 warps for long rows). Measured against 4 rows x 2 KiB: 20.3 vs 23.4 us on the
-        # 50 MB gate|up matrix, 11.1 vs 14.6 us on down. Split K only when N is too narrow to give
-        # every SM a program.
+        # flight (8 warps for long rows); faster than 4 rows x 2 KiB on both the gate|up and the down
+        # matrix (docs/performance.md). Split K only when N is too narrow to give every SM a program.
         block_n, block_k = 8, 4096 // elem_bytes
         split = max(1, min(sms // triton.cdiv(N, block_n), K // (2 * block_k)))
         return "gemv", dict(BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, num_warps=8 if K >= 4096 else 4,
@@ -354,8 +353,8 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
                             num_warps=4, num_stages=3)
     if M <= ONE_TILE_MAX_M:
         # Still bound by the weight: narrow column tiles, 256-byte K steps, and split K until the
-        # SMs hold about two programs each (prefill of a 59-token prompt: 9.9 vs 15.2 us for
-        # q|k|v, 15.1 vs 17.2 us for down, 21.8 vs 25.7 us for gate|up).
+        # SMs hold about two programs each (a short prompt's q|k|v, gate|up and down all gain;
+        # docs/performance.md).
         block_n = 32
         tiles = triton.cdiv(N, block_n)
         split = 1 if tiles >= sms else min(4, triton.cdiv(2 * sms, tiles), K // 512)
@@ -374,8 +373,8 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
     # 128-byte K steps: one swizzled shared-memory row of a TMA tile in either dtype.
     block_k = 128 // elem_bytes
     # Split K only when the tiles leave most SMs idle and K is long: the fp32 partials cost a
-    # round trip through memory and a launch (the encoder's fc2, 120 tiles on 132 SMs: 38.4 us
-    # whole, 62.3 us split in three).
+    # round trip through memory and a launch (the encoder's fc2, 120 tiles on 132 SMs, is faster
+    # whole than split in three).
     tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
     split = min(triton.cdiv(2 * sms, tiles), K // 1024) if K >= 4096 and 2 * tiles <= sms else 1
     stage_bytes = (block_m + (2 if gated else 1) * block_n) * block_k * elem_bytes
