@@ -10,7 +10,7 @@ below them, the two compositions the model calls:
     encoder_attention(q, k, v, scale, out, precision)
         the encoder's 20 heads over the whole 30 s window, no mask; the (windows, heads, 1500, 1500)
         fp32 scores are normalised in place.
-    decoder_attention(q, k_cache, v_cache, scale, out, ..., precision)
+    decoder_attention(q, k_cache, v_cache, scale, ..., precision, out)
         the decoder over its KV cache, prefill (causal) and decode steps alike, GQA by a 0 stride;
         the probabilities come from softmax_kernel (layers.py), out of place; glue.mask_scores hides
         left padding and the cache slots past the live length.
@@ -203,33 +203,36 @@ def encoder_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: 
     return attention_output(probs, v, out, precision=precision)
 
 
-def decoder_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float,
-                      out: torch.Tensor, *, causal: bool, n_keys: int, row_start: torch.Tensor,
-                      first_slot: torch.Tensor, valid_len: torch.Tensor, precision: str) -> torch.Tensor:
-    """Attention of the new tokens' query heads over cache slots [0, n_keys), into out.
+def decoder_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float, *,
+                      causal: bool, n_keys: int, kv_start: torch.Tensor, cache_pos: torch.Tensor,
+                      valid_len: torch.Tensor, precision: str, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of q (B, Hq, Tq, D) over cache slots [0, n_keys) of k_cache / v_cache
+    (B, Hkv, Tmax, D), into out (B, Hq, Tq, D) (allocated when None); returns out.
 
-    q: (B, T, Hq, D), token-major (the q heads of the fused QKV output, a view); k_cache, v_cache:
-    (B, Hkv, Tmax, D); out: (B, T, Hq, D), token-major, so the o projection reads it as rows.
-    causal: prefill (query t sits in slot t, n_keys = T). Otherwise (decode) every slot up to the
+    q and out may be any views with a contiguous last dim: the model passes the q heads of the fused
+    QKV output and a token-major buffer, both seen through transpose(1, 2), so that nothing is copied
+    and the o projection reads the result as rows.
+    causal: prefill (query t sits in slot t, n_keys = Tq). Otherwise (decode) every slot up to the
     cache's static length is scored and glue.mask_scores hides those at or past valid_len (int32
-    device tensor (1,)), so the launch shapes never change between steps. row_start (int32 (B,)):
-    keys below it are a row's left padding; first_slot (int32 (1,)): the first query's slot.
+    device tensor (1,)), so the launch shapes never change between steps. kv_start (int32 (B,)):
+    keys below it are a row's left padding; cache_pos (int32 (1,)): the first query's slot.
 
-    GQA without copying: for each batch row, the query heads are seen as (Hkv, group, T, D) and
+    GQA without copying: for each batch row, the query heads are seen as (Hkv, group, Tq, D) and
     each kv head as (Hkv, group, n_keys, D) through a group stride of 0, so the course kernels'
     (batch, head) grid runs over (kv head, query head of its group). The probabilities come from
     softmax_kernel (layers.py), out of place.
     """
-    B, T, Hq, D = q.shape
+    B, Hq, Tq, D = q.shape
     Hkv = k_cache.shape[1]
     group = Hq // Hkv
+    if out is None:
+        out = torch.empty((B, Hq, Tq, D), dtype=q.dtype, device=q.device)
     for b in range(B):
-        q_heads = q[b].view(T, Hkv, group, D).permute(1, 2, 0, 3)
         k = k_cache[b, :, None, :n_keys].expand(Hkv, group, n_keys, D)
         v = v_cache[b, :, None, :n_keys].expand(Hkv, group, n_keys, D)
-        scores = attention_scores(q_heads, k, scale, causal, precision=precision)
-        mask_scores(scores, row_start[b:b + 1], first_slot, valid_len)
-        attention_output(softmax(scores), v, out[b].view(T, Hkv, group, D).permute(1, 2, 0, 3), precision=precision)
+        scores = attention_scores(q[b].view(Hkv, group, Tq, D), k, scale, causal, precision=precision)
+        mask_scores(scores, kv_start[b:b + 1], cache_pos, valid_len)
+        attention_output(softmax(scores), v, out[b].view(Hkv, group, Tq, D), precision=precision)
     return out
 
 
@@ -271,22 +274,21 @@ def _self_check():
     # The decoder, GQA 16/4, head_dim 128: one decode token over a cache with a left-padded row.
     B, Hq, Hkv, D, T_max = 2, 16, 4, 128, (1024 if on_gpu else 48)
     valid = T_max // 2
-    row_start = torch.tensor([0, 7], dtype=torch.int32, device=dev)
-    q1 = torch.randn(B, 1, Hq, D, device=dev, dtype=dt)
+    kv_start = torch.tensor([0, 7], dtype=torch.int32, device=dev)
+    q1 = torch.randn(B, Hq, 1, D, device=dev, dtype=dt)
     k_cache, v_cache = (torch.randn(B, Hkv, T_max, D, device=dev, dtype=dt) for _ in range(2))
     counters = torch.tensor([valid - 1, valid], dtype=torch.int32, device=dev)
-    decoded = torch.empty(B, 1, Hq, D, device=dev, dtype=dt)
 
     def decode_reference():
         keys = torch.arange(valid, device=dev)
         k, v = (c[:, :, :valid].double().repeat_interleave(Hq // Hkv, 1) for c in (k_cache, v_cache))
-        s = q1.transpose(1, 2).double() @ k.transpose(-1, -2) * D ** -0.5
-        s = s.masked_fill(keys < row_start[:, None, None, None], float("-inf"))
-        return (torch.softmax(s, -1) @ v).transpose(1, 2)
+        s = q1.double() @ k.transpose(-1, -2) * D ** -0.5
+        s = s.masked_fill(keys < kv_start[:, None, None, None], float("-inf"))
+        return torch.softmax(s, -1) @ v
 
     check.check("decoder_attention[decode]",
-                lambda: decoder_attention(q1, k_cache, v_cache, D ** -0.5, decoded, causal=False, n_keys=T_max,
-                                          row_start=row_start, first_slot=counters[:1], valid_len=counters[1:],
+                lambda: decoder_attention(q1, k_cache, v_cache, D ** -0.5, causal=False, n_keys=T_max,
+                                          kv_start=kv_start, cache_pos=counters[:1], valid_len=counters[1:],
                                           precision="tf32"),
                 decode_reference, f"({B}, {Hq}, {T_max}, {D}) bf16", 2e-2)
     check.finish()

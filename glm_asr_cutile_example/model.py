@@ -113,10 +113,11 @@ class CourseGlmAsr(GreedyModel):
                 qkv = self.linear(h, layer.qkv_weight).view(state.batch, tokens, Hq + 2 * Hkv, D)
                 apply_rope(qkv[:, :, :Hq + Hkv], self.dec_cos, self.dec_sin, positions, d.rotary_dim)
                 write_kv_cache(qkv[:, :, Hq:Hq + Hkv], qkv[:, :, Hq + Hkv:], k_cache, v_cache, state.cache_pos)
-                decoder_attention(qkv[:, :, :Hq], k_cache, v_cache, D ** -0.5, attn, causal=not decode,
-                                  n_keys=state.cache_len if decode else tokens, row_start=state.kv_start,
-                                  first_slot=state.cache_pos, valid_len=state.valid_len,
-                                  precision=self.precision.dot)
+                # q and the output are (B, T, H, D) token-major, seen head-major: no copies.
+                decoder_attention(qkv[:, :, :Hq].transpose(1, 2), k_cache, v_cache, D ** -0.5, causal=not decode,
+                                  n_keys=state.cache_len if decode else tokens, kv_start=state.kv_start,
+                                  cache_pos=state.cache_pos, valid_len=state.valid_len,
+                                  precision=self.precision.dot, out=attn.transpose(1, 2))
                 residual_add(x, self.linear(attn.view(state.batch * tokens, Hq * D), layer.o_weight))
                 h = rmsnorm(x, layer.ln2_weight, d.rms_norm_eps)
                 gate_weight, up_weight = layer.gate_up_weight.chunk(2)
