@@ -44,7 +44,7 @@ ZERO = ct.PaddingMode.ZERO
 NEG_INF = ct.PaddingMode.NEG_INF
 
 
-@student_kernel("attention_scores_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#attention_scores_kernel")
+@student_kernel("attention_scores_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#cutile-attention_scores_kernel")
 def attention_scores_kernel(q, k, s, scale, CAUSAL: ct.Constant[bool], TF32: ct.Constant[bool],
                             BLOCK_M: ct.Constant[int], BLOCK_N: ct.Constant[int], BLOCK_D: ct.Constant[int]):
     """S = Q K^T * scale for one (batch, head) and BLOCK_M query rows, fp32 scores.
@@ -64,7 +64,7 @@ def attention_scores_kernel(q, k, s, scale, CAUSAL: ct.Constant[bool], TF32: ct.
     # TODO: write the body, then replace the @student_kernel(...) line with @ct.kernel.
 
 
-@student_kernel("softmax_inplace_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#softmax_inplace_kernel")
+@student_kernel("softmax_inplace_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#cutile-softmax_inplace_kernel")
 def softmax_inplace_kernel(s, ROWS: ct.Constant[int], BLOCK_N: ct.Constant[int]):
     """Softmax of the fp32 scores, in place, ROWS rows of n_cols keys per block.
 
@@ -80,7 +80,7 @@ def softmax_inplace_kernel(s, ROWS: ct.Constant[int], BLOCK_N: ct.Constant[int])
     # TODO: write the body, then replace the @student_kernel(...) line with @ct.kernel.
 
 
-@student_kernel("attention_output_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#attention_output_kernel")
+@student_kernel("attention_output_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#cutile-attention_output_kernel")
 def attention_output_kernel(p, v, o, TF32: ct.Constant[bool], BLOCK_M: ct.Constant[int],
                             BLOCK_N: ct.Constant[int], BLOCK_D: ct.Constant[int]):
     """O = P V for one (batch, head) and BLOCK_M query rows.

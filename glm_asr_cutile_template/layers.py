@@ -40,7 +40,7 @@ ZERO = ct.PaddingMode.ZERO
 NEG_INF = ct.PaddingMode.NEG_INF
 
 
-@student_kernel("rmsnorm_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#rmsnorm_kernel")
+@student_kernel("rmsnorm_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#cutile-rmsnorm_kernel")
 def rmsnorm_kernel(x, weight, y, eps, ROWS: ct.Constant[int], BLOCK_N: ct.Constant[int]):
     """RMSNorm over the last dimension: y = x / sqrt(mean(x^2) + eps) * weight.
 
@@ -68,7 +68,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return y.view(x.shape)
 
 
-@student_kernel("layernorm_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#layernorm_kernel")
+@student_kernel("layernorm_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#cutile-layernorm_kernel")
 def layernorm_kernel(x, weight, bias, y, eps, ROWS: ct.Constant[int], BLOCK_N: ct.Constant[int]):
     """LayerNorm: y = (x - mean) / sqrt(var + eps) * weight + bias, biased variance, per row.
 
@@ -95,7 +95,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     return y.view(x.shape)
 
 
-@student_kernel("gelu_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#gelu_kernel")
+@student_kernel("gelu_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#cutile-gelu_kernel")
 def gelu_kernel(x, y, BLOCK: ct.Constant[int]):
     """Exact GELU, elementwise: y = 0.5 * x * (1 + erf(x / sqrt(2))).
 
@@ -117,7 +117,7 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
     return y.view(x.shape)
 
 
-@student_kernel("silu_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#silu_kernel")
+@student_kernel("silu_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#cutile-silu_kernel")
 def silu_kernel(x, y, BLOCK: ct.Constant[int]):
     """SiLU (swish), elementwise: y = x * sigmoid(x) = x / (1 + exp(-x)).
 
@@ -138,7 +138,7 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     return y.view(x.shape)
 
 
-@student_kernel("linear_kernel_tf32", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#linear_kernel_tf32")
+@student_kernel("linear_kernel_tf32", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#cutile-linear_kernel_tf32")
 def linear_kernel_tf32(x, w, bias, out, HAS_BIAS: ct.Constant[bool], TF32: ct.Constant[bool],
                        BLOCK_M: ct.Constant[int], BLOCK_N: ct.Constant[int], BLOCK_K: ct.Constant[int]):
     """out = x @ w^T + bias (nn.Linear), one (BLOCK_M, BLOCK_N) output tile per block.
@@ -197,7 +197,7 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return out
 
 
-@student_kernel("softmax_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#softmax_kernel")
+@student_kernel("softmax_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#cutile-softmax_kernel")
 def softmax_kernel(x, y, ROWS: ct.Constant[int], BLOCK_N: ct.Constant[int]):
     """Row softmax: y = exp(x - max(x)) / sum(exp(x - max(x))) over each row of N values.
 

@@ -28,7 +28,7 @@ from ._tile_helpers import cdiv, next_power_of_2, round_as, rows_per_block  # no
 ZERO = ct.PaddingMode.ZERO
 
 
-@student_kernel("compute_freqs_kernel", reference="glm_asr_cutile_example.rope", guide="GUIDE.md#compute_freqs_kernel")
+@student_kernel("compute_freqs_kernel", reference="glm_asr_cutile_example.rope", guide="GUIDE.md#cutile-compute_freqs_kernel")
 def compute_freqs_kernel(cos, sin, theta, ROTARY_DIM: ct.Constant[int], BLOCK_P: ct.Constant[int],
                          BLOCK_HALF: ct.Constant[int]):
     """RoPE tables: cos[p, i] = cos(p * inv_freq[i]), sin[p, i] = sin(p * inv_freq[i]),
@@ -61,7 +61,7 @@ def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tu
     return cos, sin
 
 
-@student_kernel("apply_rope_kernel", reference="glm_asr_cutile_example.rope", guide="GUIDE.md#apply_rope_kernel")
+@student_kernel("apply_rope_kernel", reference="glm_asr_cutile_example.rope", guide="GUIDE.md#cutile-apply_rope_kernel")
 def apply_rope_kernel(x, cos, sin, positions, HALF: ct.Constant[int], BLOCK_T: ct.Constant[int],
                       BLOCK_H: ct.Constant[int], BLOCK_HALF: ct.Constant[int]):
     """Rotate-half RoPE, in place, on channels [0, 2 * HALF) of every head of x:

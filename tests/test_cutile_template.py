@@ -147,7 +147,7 @@ def test_cutile_template_course_kernel(case, request, monkeypatch):
 
     kernel = case[0]
     if kernel in template_todos():
-        pytest.skip(f"TODO: {kernel} is not written yet (GUIDE.md#{kernel})")
+        pytest.skip(f"TODO: {kernel} is not written yet (GUIDE.md#cutile-{kernel})")
     modules = {m: importlib.import_module(f"{TEMPLATE}.{m}") for m in ("layers", "attention", "rope")}
     for name, module in modules.items():
         monkeypatch.setattr(kernel_cases, name, module)
@@ -220,7 +220,7 @@ def test_every_cutile_course_kernel_is_on_the_template_path(kernel, tiny_ckpt, c
     assert code == 2, out
     line = _one_error_line(err)
     assert line.startswith(f"error: {kernel} in {TEMPLATE}/"), line
-    assert f"GUIDE.md#{kernel}" in line and f"--allow-reference {kernel}" in line
+    assert f"GUIDE.md#cutile-{kernel}" in line and f"--allow-reference {kernel}" in line
 
 
 def test_cutile_template_allow_reference_unknown_kernel_exits_2(tiny_ckpt, capsys):

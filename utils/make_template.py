@@ -49,6 +49,7 @@ class Track:
     import_after: re.Pattern  # the line of a kernel file after which the student_kernel import goes
     import_anchor: str  # that line, in words, for errors
     readme: Path  # the template's README.md
+    guide_anchor: str  # GUIDE.md's anchor of a kernel's section, "{kernel}" standing for its name
 
     @property
     def todo_line(self) -> str:
@@ -63,10 +64,11 @@ class Track:
 TRACKS = {
     "triton": Track("triton", "glm_asr_triton_example", "glm_asr_triton_template", "triton.jit",
                     re.compile(r"^import triton\.language as tl\b.*$", re.M), "'import triton.language as tl'",
-                    REPO / "utils" / "template_README.md"),
+                    REPO / "utils" / "template_README.md", "{kernel}"),
     "cutile": Track("cutile", "glm_asr_cutile_example", "glm_asr_cutile_template", "ct.kernel",
                     re.compile(r"^from glm_asr_common\.cutile_runtime import .*$", re.M),
-                    "'from glm_asr_common.cutile_runtime import ...'", REPO / "utils" / "cutile_template_README.md"),
+                    "'from glm_asr_common.cutile_runtime import ...'", REPO / "utils" / "cutile_template_README.md",
+                    "cutile-{kernel}"),
 }
 
 
@@ -108,7 +110,8 @@ def _todo_region(region: list[str], name: str, where: str, module: str, track: T
     if ast.get_docstring(fn) is None:
         raise TemplateError(f"{where}: {name} needs a docstring (formula, shapes, grid, masking, hint)")
     signature_and_doc = region[fn.lineno - 1:fn.body[0].end_lineno]
-    decorator = (f'@student_kernel("{name}", reference="{track.source}.{module}", guide="GUIDE.md#{name}")')
+    guide = "GUIDE.md#" + track.guide_anchor.format(kernel=name)
+    decorator = f'@student_kernel("{name}", reference="{track.source}.{module}", guide="{guide}")'
     return [decorator, *signature_and_doc, track.todo_line]
 
 
