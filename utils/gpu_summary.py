@@ -17,11 +17,13 @@ def parity_table(rows: list[dict]) -> list[str]:
     lines = [f"Parity, full-size random weights: transformers' true-fp32 reference decodes {ref['ref_distinct_ids']} "
              f"distinct ids in {ref['tokens']} tokens (smallest top-2 logit gap {ref['min_top2_gap']:.3g}).", "",
              "| track | precision | prefill logits rel err (norm / max) | ids equal to fp32 reference | "
-             "teacher-forced regret max (token, top-2 gap) | verdict |", "| --- | --- | --- | --- | --- | --- |"]
+             "free-running regret max (token, top-2 gap) | same-context regret (flips) | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         err = (f"{row['rel_err_norm']:.2e} / {row['rel_err_max']:.2e}" if "rel_err_norm" in row else "-")
         lines.append(f"| {row['track']} | {row['precision']} | {err} | {row['tokens_agree']}/{row['tokens']} | "
                      f"{row['max_regret']:.3g} ({row['max_regret_step']}, {row['max_regret_top2_gap']:.3g}) | "
+                     f"{row.get('same_context_regret', 0):.3g} ({row.get('same_context_flips', 0)}) | "
                      f"{row.get('verdict', 'yardstick')} |")
     return lines + [""]
 
