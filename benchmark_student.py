@@ -56,7 +56,7 @@ def main(argv) -> int:
     report_dir = args.report or str(Path("reports") / Path(args.folder.rstrip("/")).name)
     if args.compare:
         grading.solution_folder(Path(args.folder.rstrip("/")).name, args.solution)
-        if not Path(report_dir).resolve().parent.is_dir():
+        if args.report and not Path(report_dir).resolve().parent.is_dir():
             raise UserError(f"--report {report_dir}: directory {Path(report_dir).resolve().parent} does not exist")
     session = open_session(args, args.folder)
     expected = None if args.random_weights else expected_text(args)
