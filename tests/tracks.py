@@ -1,7 +1,8 @@
 """The (folder, path) pairs the CPU suite runs end to end against transformers, as "folder:path".
 
 TRACKS: every path of every implementation that is not a student template (templates are tested
-filled, in their own tests) and not the CuPy baseline (it needs a GPU). DEFAULT_TRACKS: each folder's
+filled, in their own tests), the CuPy baseline included (without a GPU it runs on NumPy, whose API
+CuPy mirrors; its bf16 needs ml_dtypes, which setup-cutile.sh installs). DEFAULT_TRACKS: each folder's
 default path only, for the tests whose subject is code every path of a folder shares (checkpoint
 loading, the stopping rules): the course paths run in an interpreter or emulator at tens of seconds
 a transcription, and the other tests already run them end to end.
@@ -10,5 +11,5 @@ a transcription, and the other tests already run them end to end.
 from glm_asr_common.runtime import track_folders, track_paths
 
 _FOLDERS = [folder for folder in track_folders() if not folder.endswith("_template")]
-TRACKS = [f"{folder}:{path}" for folder in _FOLDERS for path in track_paths(folder) if path != "cupy"]
+TRACKS = [f"{folder}:{path}" for folder in _FOLDERS for path in track_paths(folder)]
 DEFAULT_TRACKS = [f"{folder}:{track_paths(folder)[0]}" for folder in _FOLDERS]

@@ -1,0 +1,241 @@
+"""The cuTile example's fast path (fast_linear, fast_attention, fast_rope, fast_head) against torch.
+
+Awkward shapes on purpose: 1, 2, 3, 17 and 75 rows, widths and head sizes that are not powers of
+two (24, 40, 80, 100), GQA, causal attention with left padding, decode splits that are empty, a
+vocabulary that does not fill its last tile, ties in the argmax. fp32 in both precisions (IEEE and
+tf32) and bf16. Without a GPU the kernels run in the cuTile emulator; the last test compiles, for
+sm_90 with the real compiler, every fast-path signature the other tests launched. The whole model
+is checked against transformers in test_parity.py (the fast path is the folder's default track).
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from glm_asr_common.cutile_runtime import MODE, recorded_signatures, write_signatures
+from glm_asr_common.runtime import path_summary, resolve_path
+from glm_asr_cutile_example import fast_attention, fast_head, fast_linear, fast_rope
+from glm_asr_cutile_example.layers import rmsnorm
+from glm_asr_cutile_example.rope import torch_rope, torch_rope_tables
+from test_cutile_kernels import REPO, _compile_toolchain_missing
+
+DEV = "cuda" if MODE == "gpu" else "cpu"
+FP32, BF16 = torch.float32, torch.bfloat16
+# (dtype, precision) → max |out - ref| / max |ref| for products summed over K.
+TOL = {(FP32, "ieee"): 2e-6, (FP32, "tf32"): 3e-3, (BF16, "ieee"): 1.5e-2}
+PRECISIONS = [(FP32, "ieee"), (FP32, "tf32"), (BF16, "ieee")]
+FAST_MODULES = ("fast_linear", "fast_attention", "fast_rope", "fast_head")
+
+
+def rand(*shape, dtype=FP32, scale=1.0, seed=0):
+    gen = torch.Generator().manual_seed(seed + sum(shape))
+    return (torch.randn(*shape, generator=gen) * scale).to(DEV, dtype)
+
+
+def rel_err(out, ref) -> float:
+    out, ref = out.double().cpu(), ref.double().cpu()
+    assert torch.isfinite(out).all()
+    return float((out - ref).abs().max() / ref.abs().max())
+
+
+def as_operand(t, precision):
+    """The values the tensor cores multiply: tf32 rounds fp32 operands to 10 mantissa bits."""
+    t = t.double()
+    if precision == "tf32":
+        bits = t.float().view(torch.int32)
+        t = ((bits + 0x1000) & ~0x1FFF).view(torch.float32).double()
+    return t
+
+
+def test_the_folders_default_path_is_the_fast_one():
+    assert resolve_path("glm_asr_cutile_example", None) == "fast"
+    import glm_asr_cutile_example.fast_model as fast_model
+
+    assert path_summary(fast_model) == "GLM-ASR on fused cuTile kernels"
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear layers
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype, precision", PRECISIONS)
+@pytest.mark.parametrize("M, N, K", [(1, 100, 24), (2, 40, 80), (3, 100, 80), (17, 40, 24), (75, 100, 136)])
+@pytest.mark.parametrize("epilogue", ["plain", "bias_gelu", "bias_residual"])
+def test_linear_matches_torch(dtype, precision, M, N, K, epilogue):
+    x, w, b, r = rand(M, K, dtype=dtype), rand(N, K, dtype=dtype, scale=K ** -0.5), rand(N, dtype=dtype), \
+        rand(M, N, dtype=dtype, seed=1)
+    ref = as_operand(x, precision) @ as_operand(w, precision).T
+    if epilogue == "plain":
+        out = fast_linear.linear(x, w, precision=precision)
+    elif epilogue == "bias_gelu":
+        out = fast_linear.linear(x, w, b, gelu=True, precision=precision)
+        ref = torch.nn.functional.gelu((ref + b.double()).to(dtype).double())
+    else:
+        out = fast_linear.linear(x, w, b, accumulate_into=r.clone(), precision=precision)
+        ref = (ref + b.double()).to(dtype).double() + r.double()
+    assert out.shape == (M, N) and out.dtype == dtype
+    assert rel_err(out, ref) <= TOL[dtype, precision]
+
+
+@pytest.mark.parametrize("dtype, precision", PRECISIONS)
+@pytest.mark.parametrize("rows", [1, 2, 17])
+def test_llama_mlp_gemv_and_gated_gemm_match_torch(dtype, precision, rows):
+    """rows <= 2: RMSNorm in the gate|up GEMV's prologue, SwiGLU in the down GEMV's; more: the gated GEMM."""
+    H, F, eps = 40, 24, 1e-5
+    x, norm_w = rand(rows, H, dtype=dtype, scale=3.0), rand(H, dtype=dtype, seed=2)
+    w_gu, w_down = rand(2 * F, H, dtype=dtype, scale=H ** -0.5), rand(H, F, dtype=dtype, scale=F ** -0.5)
+    xd = x.double()
+    normed = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps)).to(dtype).double()
+    h = (normed * norm_w.double()).to(dtype)
+    gate_up = as_operand(h, precision) @ as_operand(w_gu, precision).T
+    gate, up = gate_up[:, :F].to(dtype).double(), gate_up[:, F:].to(dtype).double()
+    activated = (torch.nn.functional.silu(gate).to(dtype).double() * up).to(dtype)
+    ref = (as_operand(activated, precision) @ as_operand(w_down, precision).T).to(dtype).double() + xd
+    out = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision=precision, rmsnorm=rmsnorm)
+    assert rel_err(out, ref) <= TOL[dtype, precision]
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype, precision", PRECISIONS)
+@pytest.mark.parametrize("Tq, Hq, Hkv, D, causal", [(1, 2, 2, 24, False), (17, 4, 2, 80, True),
+                                                     (75, 3, 1, 16, True), (40, 2, 2, 64, False)])
+def test_flash_attention_matches_torch(dtype, precision, Tq, Hq, Hkv, D, causal):
+    B = 2
+    q = rand(B, Tq, Hq, D, dtype=dtype).transpose(1, 2)  # strided (B, H, T, D) views, as in the model
+    k, v = (rand(B, Tq, Hkv, D, dtype=dtype, seed=s).transpose(1, 2) for s in (3, 4))
+    kv_start = torch.tensor([0, min(5, Tq - 1)], dtype=torch.int32, device=DEV)
+    out = torch.full((B, Tq, Hq, D), float("nan"), dtype=dtype, device=DEV).transpose(1, 2)
+    fast_attention.flash_attention(q, k, v, D ** -0.5, out, causal=causal, precision=precision, kv_start=kv_start)
+    ref = fast_attention.torch_attention(q, k, v, D ** -0.5, causal, kv_start)
+    # Rows that see no key (left-padding queries of a causal prompt) are zeros in both.
+    assert rel_err(out, ref) <= {FP32: 3e-3 if precision == "tf32" else 2e-6, BF16: 2e-2}[dtype]
+
+
+@pytest.mark.parametrize("dtype, precision", PRECISIONS)
+@pytest.mark.parametrize("D, valid, split", [(24, 1, 16), (80, 37, 16), (128, 48, 64), (64, 20, 8)])
+def test_decode_attention_matches_torch(dtype, precision, D, valid, split):
+    """Split flash-decoding over a 48-slot cache: splits past the live length and inside the left
+    padding are empty; one split covering the cache writes the output directly."""
+    B, Hq, Hkv, Tmax = 2, 8, 2, 48
+    q = rand(B, Hq, D, dtype=dtype)
+    k_cache, v_cache = (rand(B, Hkv, Tmax, D, dtype=dtype, seed=s) for s in (5, 6))
+    kv_start = torch.tensor([0, min(valid - 1, 19)], dtype=torch.int32, device=DEV)
+    valid_len = torch.tensor([valid], dtype=torch.int32, device=DEV)
+    out = torch.full((B, Hq, D), float("nan"), dtype=dtype, device=DEV)
+    fast_attention.decode_attention(q, k_cache, v_cache, valid_len, kv_start, D ** -0.5, out, precision=precision,
+                                    split_size=split)
+    ref = fast_attention.torch_attention(q[:, :, None], k_cache[:, :, :valid], v_cache[:, :, :valid], D ** -0.5,
+                                         kv_start=kv_start)[:, :, 0]
+    assert rel_err(out, ref) <= {FP32: 3e-3 if precision == "tf32" else 2e-6, BF16: 2e-2}[dtype]
+
+
+# ---------------------------------------------------------------------------------------------
+# q|k|v + RoPE + KV cache, and the greedy head
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+def test_fused_decode_projection_equals_the_unfused_route(dtype):
+    """One launch (GEMV + RoPE + cache write) against the RMSNorm-GEMV, apply_rope and cache-write
+    launches it replaces: the same q, k and v, bit for bit."""
+    Hq, Hkv, D, H, Tmax, slot, pad = 4, 2, 16, 40, 24, 11, 3
+    x, norm_w = rand(1, H, dtype=dtype, scale=3.0), rand(H, dtype=dtype, seed=7)
+    weight = rand((Hq + 2 * Hkv) * D, H, dtype=dtype, scale=H ** -0.5)
+    cos, sin = torch_rope_tables(torch.arange(Tmax, device=DEV), D, 10000.0)
+    cache_pos = torch.tensor([slot], dtype=torch.int32, device=DEV)
+    kv_start = torch.tensor([pad], dtype=torch.int32, device=DEV)
+    positions = torch.tensor([[slot - pad]], dtype=torch.int32, device=DEV)
+    results = []
+    for fused in (True, False):
+        caches = [torch.zeros(1, Hkv, Tmax, D, dtype=dtype, device=DEV) for _ in range(2)]
+        if fused:
+            q_buffer = torch.empty(1, 1, Hq, D, dtype=dtype, device=DEV)
+            q = fast_rope.project_qkv_into_cache(x, weight, norm_w, 1e-5, Hq, Hkv, D, cos, sin, D, positions, *caches,
+                                                 cache_pos, kv_start, q_buffer, precision="ieee")
+        else:
+            q = _unfused(x, weight, norm_w, Hq, Hkv, D, cos, sin, positions, caches, cache_pos)
+        results.append((q.reshape(-1).clone(), caches[0][0, :, slot].clone(), caches[1][0, :, slot].clone()))
+    for fused_part, unfused_part in zip(*results):
+        assert torch.equal(fused_part, unfused_part)
+    # And against transformers' formula.
+    xd = x.double()
+    h = ((xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5)).to(dtype) * norm_w).to(dtype)
+    qkv = (h.double() @ weight.double().T).to(dtype).view(1, 1, Hq + 2 * Hkv, D)
+    p = slot - pad
+    rotated = torch_rope(qkv[:, :, :Hq + Hkv], cos[p:p + 1][None], sin[p:p + 1][None], D)
+    assert rel_err(results[0][0], rotated[:, :, :Hq].reshape(-1)) <= (1e-6 if dtype == FP32 else 1e-2)
+
+
+def _unfused(x, weight, norm_w, Hq, Hkv, D, cos, sin, positions, caches, cache_pos):
+    """The route of a prompt or a batch: RMSNorm-GEMV, the course's apply_rope, glue's cache write."""
+    from glm_asr_cutile_example.glue import write_kv_cache
+    from glm_asr_cutile_example.rope import apply_rope
+
+    qkv = fast_linear.rms_linear(x, norm_w, 1e-5, weight, precision="ieee", rmsnorm=rmsnorm).view(1, 1, -1, D)
+    apply_rope(qkv[:, :, :Hq + Hkv], cos, sin, positions, D)
+    write_kv_cache(qkv[:, :, Hq:Hq + Hkv], qkv[:, :, Hq + Hkv:], *caches, cache_pos)
+    return qkv[:, :, :Hq]
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("ban", [0, 1])
+def test_greedy_head_picks_torchs_argmax_with_ties_and_banned_ids(dtype, ban):
+    H, V, eps = 40, 300, 1e-5  # 300: the last vocabulary tile is ragged
+    x, norm_w = rand(2, H, dtype=dtype, scale=2.0), rand(H, dtype=dtype, seed=8)
+    lm_head = rand(V, H, dtype=dtype, scale=H ** -0.5)
+    xd = x.double()
+    h = ((xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps)).to(dtype) * norm_w).to(dtype).double()
+    best = (h @ lm_head.double().T).argmax(-1)
+    # Ties: the best row of each input copied to a higher and a lower id; the lowest must win.
+    lm_head[V - 1] = lm_head[best[0]]
+    lm_head[1] = lm_head[best[1]]
+    banned = torch.tensor([int(best[0]), 1], device=DEV)
+    logits = (h @ lm_head.double().T).to(dtype).double()
+    if ban:
+        logits[:, banned] = float("-inf")
+    expected = logits.argmax(-1)
+    ids = torch.full((2,), -7, dtype=torch.int64, device=DEV)
+    fast_head.greedy_head(x, norm_w, eps, lm_head, banned, torch.tensor([ban], dtype=torch.int32, device=DEV), ids)
+    assert ids.cpu().tolist() == expected.tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# The real compiler accepts what the tests above launched
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_fast_path_signature_compiles_for_sm_90(tmp_path):
+    if MODE != "emulate":
+        pytest.skip("on a GPU the cases above compiled each signature as they launched")
+    missing = _compile_toolchain_missing()
+    if missing:
+        pytest.skip(missing)
+    prefixes = tuple(f"glm_asr_cutile_example.{m}." for m in FAST_MODULES)
+    if not any(s["kernel"].startswith(prefixes) for s in recorded_signatures()):
+        pytest.skip("run with the kernel cases above (alone, this test has nothing to compile)")
+    # One signature per kernel, argument dtypes and flags: tile sizes and shapes change only sizes
+    # and the compiler's divisibility hints, not which code is compiled, and compiling every shape
+    # of the cases above would take several minutes.
+    chosen = {}
+    for s in recorded_signatures():
+        if s["kernel"].startswith(prefixes):
+            key = json.dumps([s["kernel"], [(p["param"], p.get("dtype"), p.get("value")) for p in s["params"]
+                                            if not p["param"].startswith("BLOCK")]])
+            chosen.setdefault(key, s)
+    signatures = tmp_path / "signatures.json"
+    write_signatures(signatures, list(chosen.values()))
+    result = subprocess.run([sys.executable, str(REPO / "utils" / "cutile_compile_check.py"), "--signatures",
+                             str(signatures)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    compiled = {line.split()[1].rsplit(".", 1)[1] for line in result.stdout.splitlines() if line.startswith("PASS")}
+    kernels = {name for module in (fast_linear, fast_attention, fast_rope, fast_head) for name in dir(module)
+               if name.endswith("_kernel") and getattr(module, name).__module__ == module.__name__}
+    assert kernels <= compiled, sorted(kernels - compiled)
