@@ -3,6 +3,8 @@
 
     python benchmark_detailed.py glm_asr_triton_example [--precision bf16] [--runs 10]
         [--compare glm_asr_scratch] [--baseline hf] [--json out.json] [--csv ops.csv] [--plot DIR]
+    python benchmark_detailed.py glm_asr_cutile_example --compare glm_asr_cutile_example:course
+        --compare glm_asr_cutile_example:cupy        (fused kernels, course kernels, plain CuPy)
     python benchmark_detailed.py FOLDER --attention-only | --linear-only [--seq-len N]
     python benchmark_detailed.py FOLDER --nsys
 
@@ -1135,9 +1137,10 @@ def main(argv) -> int:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0], prog="benchmark_detailed.py")
     parser.add_argument("folder", nargs="?", help="track folder, e.g. glm_asr_triton_example")
     add_common_args(parser, runs_default=10)
-    parser.add_argument("--compare", metavar="FOLDER[:PATH]",
+    parser.add_argument("--compare", metavar="FOLDER[:PATH]", action="append",
                         help="measure another folder, or another path (e.g. glm_asr_triton_example:course), "
-                             "side by side")
+                             "side by side; repeat for more columns (e.g. glm_asr_cutile_example:course and "
+                             "glm_asr_cutile_example:cupy: the kernels against the plain CuPy baseline)")
     parser.add_argument("--baseline", choices=["hf"], help="hf: transformers' own model, same weights, as a column")
     parser.add_argument("--attention-only", action="store_true", help="micro-benchmark the attention kernels")
     parser.add_argument("--linear-only", action="store_true", help="micro-benchmark the linear kernels")
@@ -1156,8 +1159,8 @@ def main(argv) -> int:
     # One name for the precision from here on (bf16, tf32, fp32): it picks the roof and the bytes.
     args.precision, args.dtype = from_options(args.precision, args.dtype).name, None
     folders = track_folders()
-    other, other_path = split_track(args.compare) if args.compare else (None, None)
-    for f in [args.folder] + ([other] if other else []):
+    others = [split_track(spec) for spec in args.compare or []]
+    for f in [args.folder] + [other for other, _ in others]:
         if f not in folders:
             raise UserError(f"unknown folder {f!r}; choose one of: {', '.join(folders)}")
     folder = args.folder.rstrip("/").split("/")[-1]
@@ -1177,17 +1180,19 @@ def main(argv) -> int:
     if args.attention_only or args.linear_only:
         if args.baseline:
             print("note: --baseline is for whole transcriptions; the micro-benchmarks compare with torch")
-        folders_run = [folder] + ([other] if other else [])
+        folders_run = [folder] + [other for other, _ in others]
         res = run_micro(args, folders_run, peaks)
         print_micro(res, peaks)
         if args.json:
             write_json(args.json, res)
         return 0
 
-    if other:
-        resolve_path(other, other_path)  # an unknown path fails now, not after the first measurement
-        if (other, resolve_path(other, other_path)) == (folder, resolve_path(folder, args.path)):
-            raise UserError("--compare names the folder and path already measured")
+    measured_tracks = [(folder, resolve_path(folder, args.path))]
+    for other, other_path in others:
+        # An unknown path fails now, not after the first measurement.
+        if (other, resolve_path(other, other_path)) in measured_tracks:
+            raise UserError(f"--compare {other}:{resolve_path(other, other_path)} names a folder and path already measured")
+        measured_tracks.append((other, resolve_path(other, other_path)))
     main_report, session = analyze(args, folder, peaks)
     reports = [main_report]
     print_report(main_report, peaks, args.top)
@@ -1199,7 +1204,7 @@ def main(argv) -> int:
     else:
         del session
         release(device)
-    if other:
+    for other, other_path in others:
         own_path, args.path = args.path, other_path
         try:
             other_report, other_session = analyze(args, other, peaks)

@@ -6,6 +6,7 @@ bf16 logits near transformers' bf16). Here: its pieces against torch, the torch 
 what it says about the precisions it cannot give.
 """
 
+import json
 import sys
 
 import numpy as np
@@ -75,3 +76,35 @@ def test_bf16_without_ml_dtypes_is_one_clear_error(monkeypatch):
     with pytest.raises(UserError) as error:
         cupy_model.ArrayBackend(torch.device("cpu"), torch.bfloat16)
     assert "ml_dtypes" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_benchmark_detailed_times_the_baseline_beside_the_kernels(tiny_ckpt, tmp_path, monkeypatch, capsys):
+    """--compare repeats: one run measures a folder, the CuPy baseline and the cuTile fast path, on the
+    same transcription (IEEE fp32, so all three pick the same ids)."""
+    import benchmark_detailed
+
+    monkeypatch.setenv("GLM_ASR_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "report.json"
+    argv = ["glm_asr_scratch", "--model", str(tiny_ckpt), "--device", "cpu", "--precision", "fp32", "--runs", "1",
+            "--warmup", "0", "--max-new-tokens", "3", "--min-new-tokens", "3", "--json", str(out),
+            "--compare", "glm_asr_cutile_example:cupy", "--compare", "glm_asr_cutile_example:fast"]
+    assert benchmark_detailed.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "COMPARISON: glm_asr_scratch vs glm_asr_cutile_example:cupy vs glm_asr_cutile_example:fast" in printed
+    data = json.loads(out.read_text())
+    assert [r["label"] for r in data["others"]] == ["glm_asr_cutile_example:cupy", "glm_asr_cutile_example:fast"]
+    assert all(r["token_ids"] == data["token_ids"] and len(r["token_ids"]) == 3 for r in data["others"])
+    assert all(r["end_to_end"]["median_ms"] > 0 for r in data["others"])
+
+
+def test_benchmark_detailed_refuses_a_track_twice(capsys):
+    from glm_asr_common.errors import run_cli
+
+    import benchmark_detailed
+
+    with pytest.raises(SystemExit) as info:
+        run_cli(benchmark_detailed.main, ["glm_asr_cutile_example", "--path", "cupy", "--compare",
+                                          "glm_asr_cutile_example:fast", "--compare", "glm_asr_cutile_example:cupy"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "glm_asr_cutile_example:cupy names a folder and path already measured" in err
+    assert len(err.strip().splitlines()) == 1
