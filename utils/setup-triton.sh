@@ -11,8 +11,17 @@ _glm_setup() {
     if ! cmp -s "$_glm_root/requirements.txt" "$stamp"; then
         echo "Installing packages into $_glm_venv (first time: a few minutes)..."
         "$_glm_venv/bin/python" -m pip install -q --upgrade pip
-        # torch first: the CPU build where no GPU driver exists, the default (CUDA) build elsewhere.
-        "$_glm_venv/bin/python" -m pip install -q "torch==2.13.0"
+        # torch first: the CUDA build (the default index's) where an NVIDIA driver answers; elsewhere the
+        # CPU build from PyTorch's CPU index: 0.75 GB installed, against several GB for the CUDA build and
+        # its nvidia-* packages.
+        if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then
+            "$_glm_venv/bin/python" -m pip install -q "torch==2.13.0"
+        elif ! "$_glm_venv/bin/python" -m pip install -q --retries 0 "torch==2.13.0" \
+                --index-url https://download.pytorch.org/whl/cpu; then
+            echo "note: PyTorch's CPU index did not serve torch 2.13.0; installing from the default index instead" \
+                 "(on Linux that is the CUDA build: larger, and it runs on the CPU all the same)"
+            "$_glm_venv/bin/python" -m pip install -q "torch==2.13.0"
+        fi
         "$_glm_venv/bin/python" -m pip install -q -r "$_glm_root/requirements.txt"
         # CUDA builds of torch bring their matching triton; the CPU build has none, and the
         # interpreter (TRITON_INTERPRET=1) still needs the package.
