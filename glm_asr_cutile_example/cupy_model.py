@@ -28,9 +28,12 @@ Precision (what CuPy allows):
   tf32   fp32 arrays; cuBLAS with TF32 tensor-core products where CuPy exposes the setting
          (cupy._core set_compute_type), else IEEE, which the model's ``precision_note`` says. NumPy
          has no TF32: on a CPU it computes IEEE fp32.
-  bf16   bfloat16 arrays from ml_dtypes (CuPy 14 and NumPy both take its dtype); products in cuBLAS
-         with fp32 accumulation; norms, softmax, GELU, SiLU in fp32 and rounded back where
-         transformers rounds. Without ml_dtypes bf16 is refused with one line.
+  bf16   bfloat16 arrays from ml_dtypes (CuPy 14 and NumPy both take its dtype); products with fp32
+         accumulation; norms, softmax, GELU, SiLU in fp32 and rounded back where transformers
+         rounds. CuPy 14.2 has no bfloat16 matmul: there the weight matrices are held as fp32
+         copies of their bf16 values and multiplied in TF32, which holds bf16 operands exactly (a
+         bf16 GEMM's arithmetic at twice its weight traffic; ``precision_note`` says so). Without
+         ml_dtypes bf16 is refused with one line.
 """
 
 from __future__ import annotations
@@ -84,6 +87,16 @@ class ArrayBackend:
                 raise UserError(f"{self.xp.__name__} {self.xp.__version__} cannot compute in bfloat16 ({error}); "
                                 "run the cupy path with --precision tf32 or fp32") from None
         self.dtype = self.bf16 if self.bf16 is not None else np.dtype(np.float32)
+        # CuPy 14.2 holds and adds bfloat16 arrays but has no bfloat16 matmul (it takes the dtype for
+        # an integer one and fails); NumPy with ml_dtypes multiplies them.
+        self.bf16_matmul = self.bf16 is not None and self._multiplies(self.bf16)
+
+    def _multiplies(self, dtype) -> bool:
+        try:
+            a = self.xp.ones((2, 2), dtype=np.float32).astype(dtype)
+            return bool(((a @ a).astype(np.float32) == 2).all())
+        except Exception:  # the library's own error, whichever it is: this dtype has no matmul there
+            return False
 
     def array(self, t: torch.Tensor):
         """The torch tensor as an array of the same memory (no copy)."""
@@ -126,9 +139,16 @@ class CupyGlmAsr(GreedyModel):
         self._tf32 = _tf32_switch(self.xp)
         self.precision_note = ("" if not tf32_wanted or self._tf32 is not None else
                                f"{self.xp.__name__} exposes no TF32 switch: fp32 products are IEEE")
+        # Without a bfloat16 matmul the weight matrices are held as fp32 copies of their bf16 values and
+        # multiplied with TF32 products, which hold bf16 values exactly: a bf16 GEMM's arithmetic
+        # (fp32 accumulation), at twice its weight traffic.
+        widen = b.bf16 is not None and not b.bf16_matmul
+        if widen:
+            self.precision_note = (f"{self.xp.__name__} {self.xp.__version__} has no bfloat16 matmul: weight "
+                                   "matrices held in fp32 (their bf16 values), products in TF32")
         # The course path's layouts (fused q|k|v, [gate; up], conv weights as matrices), seen as arrays.
         tw = load_weights(cfg, weights, self.device, self.dtype)
-        self.w = _as_arrays(tw, b)
+        self.w = _as_arrays(tw, b, widen_matrices=widen)
         self._keep = tw  # the torch tensors own the memory the arrays view
         e, d = cfg.encoder, cfg.decoder
         self.enc_cos, self.enc_sin = self._rope_tables(e.max_positions, e.rotary_dim, e.rope_theta)
@@ -144,15 +164,21 @@ class CupyGlmAsr(GreedyModel):
         """``a`` in the activation dtype: where transformers materialises a tensor."""
         return a.astype(self.act, copy=False)
 
+    def _product(self, a, b):
+        """a @ b as the library returns it: in the operands' dtype, or in fp32 from operands widened
+        to fp32 where they differ or the library has no bf16 matmul."""
+        widen = a.dtype != b.dtype or (a.dtype == self.backend.bf16 and not self.backend.bf16_matmul)
+        if self._tf32 is not None:
+            # TF32 holds a bf16 value exactly: fp32 products of bf16 values lose nothing by it.
+            self._tf32(self.precision.dot == "tf32" or (widen and self.dtype == torch.bfloat16))
+        return self.f32(a) @ self.f32(b) if widen else a @ b
+
     def matmul(self, a, b, fp32_out: bool = False):
         """a @ b in the activation dtype (cuBLAS / BLAS; fp32 accumulation for bf16), or with
         fp32_out the product of the operands widened to fp32, unrounded (attention scores)."""
-        if self._tf32 is not None:
-            # TF32 holds a bf16 value exactly: fp32 products of bf16 activations lose nothing by it.
-            self._tf32(self.precision.dot == "tf32" or (fp32_out and self.dtype == torch.bfloat16))
         if fp32_out:
-            return self.f32(a) @ self.f32(b)
-        return self.rounded(a @ b)
+            return self._product(self.f32(a), self.f32(b))
+        return self.rounded(self._product(a, b))
 
     def linear(self, x, weight, bias=None):
         """x @ weight^T (+ bias) in the activation dtype. The bias is added to the product as the
@@ -160,9 +186,7 @@ class CupyGlmAsr(GreedyModel):
         second rounding: a fused bias would need a kernel of our own)."""
         if bias is None:
             return self.matmul(x, weight.T)
-        if self._tf32 is not None:
-            self._tf32(self.precision.dot == "tf32")
-        return self.rounded(self.f32(x @ weight.T) + self.f32(bias))
+        return self.rounded(self.f32(self._product(x, weight.T)) + self.f32(bias))
 
     def gelu(self, x):
         v = self.f32(x)
@@ -272,7 +296,7 @@ class CupyGlmAsr(GreedyModel):
     # ---- text decoder -------------------------------------------------------------------------
     def embed(self, ids, audio_rows, audio_index):
         xp, b = self.xp, self.backend
-        rows = self.w.embed_tokens[b.array(ids)]
+        rows = self.rounded(self.w.embed_tokens[b.array(ids)])
         index = b.array(audio_index)
         if audio_rows.shape[0]:
             from_audio = index >= 0
@@ -346,14 +370,16 @@ class CupyGlmAsr(GreedyModel):
         token_ids[...] = logits.argmax(-1)  # the first maximum: the lowest id on ties, as torch
 
 
-def _as_arrays(weights, backend: ArrayBackend):
-    """weight_loader's dataclasses with every tensor seen as an array (lists of layers kept)."""
+def _as_arrays(weights, backend: ArrayBackend, widen_matrices: bool):
+    """weight_loader's dataclasses with every tensor seen as an array (lists of layers kept); with
+    widen_matrices, the 2-d ones as fp32 copies."""
     import copy
     import dataclasses
 
     def convert(value):
         if isinstance(value, torch.Tensor):
-            return backend.array(value)
+            array = backend.array(value)
+            return array.astype(np.float32) if widen_matrices and array.ndim == 2 else array
         if isinstance(value, list):
             return [convert(v) for v in value]
         if dataclasses.is_dataclass(value):

@@ -106,7 +106,9 @@ def _flash_tiles(Tq: int, Tk: int, head_dim: int, dtype: torch.dtype) -> tuple[i
         return min(512, next_power_of_2(Tq)), min(512, next_power_of_2(Tk)), block_d
     if dtype == torch.float32:
         return 64, 32, block_d
-    return (128 if head_dim <= 64 else 64), 64, block_d
+    if head_dim <= 64:
+        return 128, 128, block_d  # the encoder: 20 heads of 64 over 1500 frames
+    return 64, 64, block_d
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, out: torch.Tensor, *,
@@ -223,8 +225,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     into a fused q|k|v output); k_cache, v_cache:
     (B, Hkv, Tmax, D); valid_len: int32 (1,) live slots (the token just written included); kv_start:
     int32 (B,) left padding. The grid depends on Tmax only, so the launch can be captured in a CUDA
-    graph. split_size: cache slots per block, rounded up to a power of two (default 128 on a GPU, the
-    whole cache in the emulator).
+    graph. split_size: cache slots per block, rounded up to a power of two (default on a GPU: 32, or
+    more for a cache of more than 1024 slots so that there are at most 32 splits; the whole cache in
+    the emulator).
     """
     B, Hq, D = q.shape
     _, Hkv, Tmax, _ = k_cache.shape
@@ -237,8 +240,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("decode_attention: the caches' channels must be contiguous")
     group = Hq // Hkv
-    # A split is a whole number of key tiles, and tiles are powers of two.
-    split_size = next_power_of_2(split_size or (Tmax if EMULATED else 128))
+    # A split is a whole number of key tiles, and tiles are powers of two. On a GPU: 32 slots, up
+    # to 32 splits (a short transcription's cache gives 8 splits x kv heads blocks instead of 2).
+    split_size = next_power_of_2(split_size or (Tmax if EMULATED else max(32, cdiv(Tmax, 32))))
     n_splits = cdiv(Tmax, split_size)
     direct = n_splits == 1
     block_g, block_d = next_power_of_2(group), max(16, next_power_of_2(D))

@@ -74,12 +74,13 @@ def argmax_reduce_kernel(part_max, part_index, out_ids, BLOCK: ct.Constant[int])
 
 
 def _head_tiles(dtype: torch.dtype) -> tuple[int, int]:
-    """(BLOCK_V, BLOCK_K): 16 vocabulary rows x 1 KiB per step on a GPU. The emulator pays per block,
+    """(BLOCK_V, BLOCK_K): 64 vocabulary rows x 512 bytes per step on a GPU (the sweep's best on an
+    H100, docs/performance.md). The emulator pays per block,
     not per element, so it takes larger tiles, though no larger than the compile check (which
     compiles the emulated launches for the GPU) handles in seconds."""
     if EMULATED:
         return 128, 128
-    return 16, 1024 // dtype.itemsize
+    return 64, 512 // dtype.itemsize
 
 
 def greedy_head(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, lm_head_weight: torch.Tensor,

@@ -175,8 +175,11 @@ def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype) -> tuple[str, tuple
         return "gemm", (min(next_power_of_2(M), 256), min(next_power_of_2(N), 128), block_k)
     step = 128 // dtype.itemsize
     if M <= GEMV_MAX_ROWS:
-        # 8 weight rows x 1 KiB per step: every thread keeps several 16-byte loads in flight.
-        return "gemv", (8, 1024 // dtype.itemsize)
+        # Weight rows x bytes per step from utils/sweep_cutile_fast.py (H100, docs/performance.md):
+        # 32 rows x 1 KiB for the wide matrices (q|k|v, gate|up), 16 rows x 2 KiB for the 2048-row ones.
+        if N >= 3072:
+            return "gemv", (32, 1024 // dtype.itemsize)
+        return "gemv", (16, 2048 // dtype.itemsize)
     if M <= 16:
         return "gemm", (16, 64, 2 * step)
     if M <= 64:

@@ -87,11 +87,11 @@ def qkv_rope_gemv_kernel(x, w, norm_weight, cos, sin, cache_pos, kv_start, q_out
 
 
 def _pair_tiles(half: int, dtype: torch.dtype) -> tuple[int, int]:
-    """(BLOCK_P, BLOCK_K): 8 pairs (16 weight rows) x 1 KiB per step on a GPU; the emulator takes a
-    whole head's pairs."""
+    """(BLOCK_P, BLOCK_K): 16 pairs (32 weight rows, the q|k|v GEMV's tile) x 1 KiB per step on a GPU;
+    the emulator takes a whole head's pairs."""
     if EMULATED:
         return half, 128
-    return min(8, half), 1024 // dtype.itemsize
+    return min(16, half), 1024 // dtype.itemsize
 
 
 def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weight: torch.Tensor, eps: float,

@@ -108,3 +108,21 @@ def test_benchmark_detailed_refuses_a_track_twice(capsys):
     err = capsys.readouterr().err
     assert info.value.code == 2 and "glm_asr_cutile_example:cupy names a folder and path already measured" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_bf16_without_a_bf16_matmul_multiplies_widened_copies(tiny_ckpt, monkeypatch):
+    """CuPy 14.2 has no bfloat16 matmul: the weight matrices become fp32 copies of their bf16 values.
+    The same arithmetic as NumPy's bf16 products (fp32 accumulation), so the same logits up to the
+    order of the sums."""
+    from glm_asr_common.frontend import prepare_inputs
+    from glm_asr_common.tiny_checkpoint import TEST_AUDIO
+    from glm_asr_common.audio import load_audio
+
+    ckpt = open_checkpoint(str(tiny_ckpt), torch.bfloat16)
+    inputs = prepare_inputs([load_audio(TEST_AUDIO)], ckpt.config, ckpt.processor)
+    native = cupy_model.load_model(ckpt.config, ckpt.weights, "cpu", "bf16")
+    monkeypatch.setattr(cupy_model.ArrayBackend, "_multiplies", lambda self, dtype: False)
+    widened = cupy_model.load_model(ckpt.config, ckpt.weights, "cpu", "bf16")
+    assert native.precision_note == "" and "no bfloat16 matmul" in widened.precision_note
+    assert widened.w.decoder_layers[0].qkv_weight.dtype == np.float32
+    assert rel_err(widened.prefill_logits(inputs).float(), native.prefill_logits(inputs).float()) <= 5e-3
