@@ -24,8 +24,9 @@ import torch
 
 from glm_asr_common import teaching
 from glm_asr_common.audio import AUDIO_EXTENSIONS, Audio, read_audio
-from glm_asr_common.checkpoint import DEFAULT_MODEL, HubUnavailable
-from glm_asr_common.cli import folder_student_kernels
+from glm_asr_common.checkpoint import DEFAULT_MODEL, HubUnavailable, default_config_dict
+from glm_asr_common.cli import INTERPRETED_MAX_PARAMETERS, cpu_kernel_runner, folder_student_kernels, parameter_count
+from glm_asr_common.config import ModelConfig
 from glm_asr_common.errors import UserError
 from glm_asr_common.frontend import check_audio_length, decode, prepare_inputs
 from glm_asr_common.precision import DEFAULT_PRECISION, PRECISIONS
@@ -59,11 +60,18 @@ def device_label(device: str, track: str) -> str:
         return f"{device} ({torch.cuda.get_device_name()})"
     if path == "cupy":
         return "cpu (NumPy in place of CuPy)"
-    if "triton" in folder:
-        return "cpu (Triton interpreter)"
-    if "cutile" in folder:
-        return "cpu (cuTile emulator)"
-    return "cpu"
+    runner = cpu_kernel_runner(folder, path)
+    return f"cpu ({runner.removeprefix('the ')})" if runner else "cpu"
+
+
+def check_feasible(track: str, device: str, cfg: ModelConfig):
+    """Refuse, in one line, a run that the CPU would take hours over."""
+    runner = cpu_kernel_runner(*track.split(":"))
+    parameters = parameter_count(cfg)
+    if device == "cpu" and runner and parameters > INTERPRETED_MAX_PARAMETERS:
+        raise UserError(f"Without a GPU, {track_label(track)} runs its kernels in {runner}, where this "
+                        f"{parameters / 1e9:.1f} B-parameter model takes hours a transcription. Choose "
+                        f"“{TINY_RANDOM}” under Checkpoint, or the track glm_asr_scratch (PyTorch).")
 
 
 def is_template(folder: str) -> bool:
@@ -192,8 +200,13 @@ def transcribe(track: str, settings: dict, audio: Audio, live=None) -> Run:
     kernels = folder_student_kernels(folder)
     allow = "all" if settings["allow_reference"] and is_template(folder) else None
     teaching.allow_references(allow, kernels, folder)
+    if settings["checkpoint"] in (REAL_MODEL, FULL_RANDOM):  # the real model's sizes: refuse before loading
+        check_feasible(track, settings["device"], ModelConfig.from_dict(default_config_dict()))
     if live:
         live["status"].caption(f"Loading {track_label(track)} on {settings['checkpoint']}…")
+    check_feasible(track, settings["device"],
+                   load_checkpoint(settings["checkpoint"], settings["model"],
+                                   PRECISIONS[settings["precision"]].dtype_name).config)
     loaded = load_model(track, settings["checkpoint"], settings["model"], settings["precision"], settings["device"])
     checkpoint = loaded.checkpoint
     check_audio_length(audio.samples, checkpoint.config, audio.name)

@@ -117,6 +117,47 @@ def folder_student_kernels(folder: str) -> tuple[str, ...]:
     return tuple(getattr(importlib.import_module(folder), "STUDENT_KERNELS", ()))
 
 
+# Above this many weights a transcription in Triton's interpreter or the cuTile emulator takes hours:
+# one full-width encoder layer over a 30 s window alone takes over a minute there, and the full-size
+# model has 32 of them and 28 decoder layers. The tiny checkpoints have well under a million.
+INTERPRETED_MAX_PARAMETERS = 50_000_000
+
+
+def cpu_kernel_runner(folder: str, path: str) -> str | None:
+    """What runs a track's kernels on a CPU: "the Triton interpreter", "the cuTile emulator", or None
+    where the track is plain PyTorch or NumPy (the scratch track, the CuPy path)."""
+    if path == "cupy":
+        return None
+    if "triton" in folder:
+        return "the Triton interpreter"
+    if "cutile" in folder:
+        return "the cuTile emulator"
+    return None
+
+
+def parameter_count(cfg) -> int:
+    from .checkpoint import expected_shapes
+
+    return sum(torch.Size(shape).numel() for shape in expected_shapes(cfg).values())
+
+
+def _refuse_interpreted_full_size(args, folder: str, path: str):
+    """A one-line refusal, before any weight is read or made, of a CPU run that would take hours."""
+    from .config import ModelConfig
+    from .hf_reference import raw_config
+
+    runner = cpu_kernel_runner(folder, path)
+    if runner is None:
+        return
+    parameters = parameter_count(ModelConfig.from_dict(raw_config(args)))
+    if parameters > INTERPRETED_MAX_PARAMETERS:
+        raise UserError(
+            f"on the CPU {folder} runs its kernels in {runner}, where this {parameters / 1e9:.1f} B-parameter "
+            f"model takes hours a transcription; run glm_asr_scratch (PyTorch) instead, or try {folder} on a tiny "
+            f"random checkpoint (meaningless text, real kernels): python -m glm_asr_common.tiny_checkpoint "
+            f"/tmp/tiny && ./benchmark.sh {folder} --device cpu --model /tmp/tiny")
+
+
 @dataclass
 class Session:
     """A loaded track model, its checkpoint and one prepared input batch."""
@@ -151,6 +192,8 @@ def open_session(args, folder: str, log=print) -> Session:
     teaching.allow_references(getattr(args, "allow_reference", None), folder_student_kernels(name), name)
     device = resolve_device(args.device)
     use_device(device)  # before anything imports Triton (transformers' processor can)
+    if device == "cpu":
+        _refuse_interpreted_full_size(args, name, path)
 
     audio = load_audio(args.audio)
     log(f"Loaded audio from {args.audio}")

@@ -199,3 +199,11 @@ def test_an_unreachable_hub_points_to_the_random_checkpoints(monkeypatch):
     line = one_line_error(transcribe(app))
     assert line.startswith("Cannot download zai-org/GLM-ASR-Nano-2512 from the Hugging Face hub (ConnectionError)")
     assert "“random weights (tiny, CPU-friendly)”" in line
+
+
+def test_full_size_weights_in_the_interpreter_are_refused_in_one_line():
+    app = open_page(folder="glm_asr_triton_example", checkpoint="random weights (full size)")
+    line = one_line_error(transcribe(app))
+    assert line.startswith("Without a GPU, glm_asr_triton_example · fast runs its kernels in the Triton interpreter, "
+                           "where this 2.3 B-parameter model takes hours a transcription"), line
+    assert "“random weights (tiny, CPU-friendly)”" in line
