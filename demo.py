@@ -193,9 +193,11 @@ def shown_text(run: Run, processor) -> str:
     return decode(processor, run.ids)
 
 
-def transcribe(track: str, settings: dict, audio: Audio, live=None) -> Run:
+def transcribe(track: str, settings: dict, audio: Audio, live=None, warm_up: bool = False) -> Run:
     """Load (or reuse) the track's model and transcribe ``audio``; ``live`` (placeholders for text,
-    progress bar and status line) shows the transcript growing."""
+    progress bar and status line) shows the transcript growing. A model's first run on a GPU (kernel
+    compilation, CUDA graph capture), and with ``warm_up`` on any device, is preceded by a short
+    untimed one."""
     folder = track.split(":")[0]
     kernels = folder_student_kernels(folder)
     allow = "all" if settings["allow_reference"] and is_template(folder) else None
@@ -215,7 +217,7 @@ def transcribe(track: str, settings: dict, audio: Audio, live=None) -> Run:
               device_label(settings["device"], track), audio.name, audio.seconds, settings["max_new_tokens"],
               first_run=loaded.runs == 0)
     cuda = settings["device"] == "cuda"
-    if cuda and loaded.runs == 0:
+    if loaded.runs == 0 and (cuda or warm_up):
         if live:
             live["status"].caption("First run of this model: compiling kernels and capturing CUDA graphs…")
         loaded.model.generate(inputs, 2)
@@ -284,7 +286,7 @@ def show_run(run: Run, live_text=None):
         if run.references:
             notes.append("the example's kernels stood in for: " + ", ".join(run.references))
         if run.first_run and not run.device.startswith("cpu"):
-            notes.append("first run of this model (compilation done in an untimed warm-up)")
+            notes.append("first run of this model: kernels compiled in an untimed warm-up")
         st.caption(" · ".join(notes))
 
 
@@ -390,7 +392,7 @@ def run_compare(settings: dict, audio: Audio):
                                                                 f"{len(settings['tracks'])})")
             try:
                 with model_lock():
-                    runs.append(transcribe(track, settings, audio))
+                    runs.append(transcribe(track, settings, audio, warm_up=True))
             except UserError as e:
                 st.error(f"{track_label(track)}: {page_message(e)}")
         progress.empty()
@@ -401,6 +403,7 @@ def run_compare(settings: dict, audio: Audio):
     first = runs[0]
     table = pd.DataFrame({
         "track": [track_label(r.track) for r in runs],
+        "runs on": [r.device for r in runs],
         "time (ms)": [round(r.seconds * 1000, 1) for r in runs],
         "tokens": [len(r.ids) for r in runs],
         "ms / token": [round(r.ms_per_token, 2) for r in runs],
@@ -410,12 +413,12 @@ def run_compare(settings: dict, audio: Audio):
         "transcript": [r.text for r in runs],
     })
     st.subheader("Comparison" + (" — random weights, meaningless text" if first.random else ""))
-    st.caption(f"{first.audio_name}, {first.audio_seconds:.1f} s · {first.precision} · {first.device} · "
-               f"checkpoint: {first.checkpoint}")
+    st.caption(f"{first.audio_name}, {first.audio_seconds:.1f} s · {first.precision} · checkpoint: "
+               f"{first.checkpoint} · each model warmed up by a short untimed run first")
     st.dataframe(table, hide_index=True)
-    st.altair_chart(alt.Chart(table, height=36 * len(table) + 24).mark_bar().encode(
+    st.altair_chart(alt.Chart(table).mark_bar().encode(
         x=alt.X("ms / token:Q"), y=alt.Y("track:N", sort=None, title=None, axis=alt.Axis(labelLimit=400)),
-        tooltip=["track", "ms / token", "time (ms)", "tokens"]))
+        tooltip=["track", "ms / token", "time (ms)", "tokens"]), height=40 * len(table) + 50)
 
 
 def main():
