@@ -10,7 +10,8 @@ of arithmetic that hold the model together. Each sits above its launcher.
                                          k and v heads of a fused QKV output into the KV cache
     mask_scores_kernel / mask_scores     -inf on the attention scores of keys a query must not see
                                          (left padding, cache slots past the live length)
-    argmax_kernel / argmax_rows          greedy decoding's argmax, eos banned while a device flag says so
+    ban_ids_kernel, argmax_kernel / argmax_rows
+                                         greedy decoding's argmax, eos banned while a device flag says so
 
 The counters a decode step reads (the first new token's cache slot, the live cache length, the eos
 ban) stay on the device and are read by the kernels, so one captured CUDA graph serves every step.
@@ -228,26 +229,31 @@ def mask_scores(scores: torch.Tensor, row_start: torch.Tensor, first_slot: torch
 
 
 @ct.kernel
-def argmax_kernel(logits, banned, suppress, out_ids, BLOCK_V: ct.Constant[int], BLOCK_BANNED: ct.Constant[int]):
-    """out_ids[b] = the lowest index of the largest logit of row b, skipping the banned ids while
-    suppress[0] != 0 (a device flag: a captured graph switches the ban without being recaptured).
-    One block per row sweeps the vocabulary in BLOCK_V tiles, keeping the best value and index."""
+def ban_ids_kernel(logits, banned, suppress, BLOCK_BANNED: ct.Constant[int]):
+    """logits[row, banned[i]] = -inf for every banned id while suppress[0] != 0 (a device flag: a
+    captured graph switches the ban without being recaptured). One block per row scatters into
+    those few entries. (Comparing every vocabulary lane with every banned id inside the argmax
+    instead made the real compiler run for minutes on the model's 4096-lane tiles.)"""
     row = ct.bid(0)
     slots = ct.arange(BLOCK_BANNED, dtype=ct.int32)
-    banned_ids = ct.astype(ct.load(banned, (0,), (BLOCK_BANNED,), padding_mode=ZERO), ct.int32)
-    # Lanes past the banned list (zeros) must not ban id 0: they compare as NO_INDEX.
-    banned_ids = ct.where(slots < banned.shape[0], banned_ids, NO_INDEX)[None, :]
+    ids = ct.astype(ct.load(banned, (0,), (BLOCK_BANNED,), padding_mode=ZERO), ct.int32)
     banning = ct.load(suppress, (0,), (1,)) != 0
+    ct.scatter(logits, (row, ids), float("-inf"), mask=(slots < banned.shape[0]) & banning)
+
+
+@ct.kernel
+def argmax_kernel(logits, out_ids, BLOCK_V: ct.Constant[int]):
+    """out_ids[b] = the lowest index of the largest logit of row b. One block per row sweeps the
+    vocabulary in BLOCK_V tiles, keeping the best value and its index."""
+    row = ct.bid(0)
     best = ct.full((1, 1), float("-inf"), ct.float32)
     best_index = ct.full((1, 1), NO_INDEX, ct.int32)
     for j in range(ct.num_tiles(logits, 1, (1, BLOCK_V))):
+        # Lanes past the vocabulary read -inf: they never hold a finite maximum.
         values = ct.astype(ct.load(logits, (row, j), (1, BLOCK_V), padding_mode=NEG_INF), ct.float32)
-        cols = j * BLOCK_V + ct.arange(BLOCK_V, dtype=ct.int32)
-        is_banned = ct.max(ct.astype(cols[:, None] == banned_ids, ct.int32), axis=1) > 0
-        values = ct.where((is_banned & banning)[None, :], float("-inf"), values)
+        cols = (j * BLOCK_V + ct.arange(BLOCK_V, dtype=ct.int32))[None, :]
         tile_best = ct.max(values, axis=1, keepdims=True)
-        holders = ct.where((values == tile_best) & (cols < logits.shape[1])[None, :], cols[None, :], NO_INDEX)
-        tile_index = ct.min(holders, axis=1, keepdims=True)
+        tile_index = ct.min(ct.where(values == tile_best, cols, NO_INDEX), axis=1, keepdims=True)
         # Strictly greater: on a tie the earlier tile, i.e. the lower index, keeps the row.
         better = tile_best > best
         best = ct.where(better, tile_best, best)
@@ -259,16 +265,16 @@ def argmax_rows(logits: torch.Tensor, banned_ids: torch.Tensor, suppress: torch.
                 out_ids: torch.Tensor) -> torch.Tensor:
     """out_ids[b] = argmax(logits[b]) (lowest index on ties), skipping banned_ids while suppress[0] != 0.
 
-    logits: (B, V), last dim contiguous. banned_ids: int64 (nb,), nb >= 1. suppress: int32 (1,) on
-    the device. out_ids: int64 (B,). Returns out_ids.
+    logits: (B, V), last dim contiguous; while suppress[0] != 0 its banned entries are overwritten
+    with -inf. banned_ids: int64 (nb,), nb >= 1. suppress: int32 (1,) on the device. out_ids: int64
+    (B,). Returns out_ids.
     """
     n_rows, vocab = logits.shape
     if banned_ids.numel() == 0 or logits.stride(1) != 1 or out_ids.shape != (n_rows,):
         raise ValueError(f"argmax_rows: logits {tuple(logits.shape)}, {banned_ids.numel()} banned ids, "
                          f"out_ids {tuple(out_ids.shape)}")
-    block_v = min(next_power_of_2(vocab), 4096)
-    launch((n_rows,), argmax_kernel, logits, banned_ids, suppress, out_ids, block_v,
-           next_power_of_2(banned_ids.numel()))
+    launch((n_rows,), ban_ids_kernel, logits, banned_ids, suppress, next_power_of_2(banned_ids.numel()))
+    launch((n_rows,), argmax_kernel, logits, out_ids, min(next_power_of_2(vocab), 4096))
     return out_ids
 
 
@@ -346,7 +352,7 @@ def _self_check():
     def banned_argmax():
         return logits.masked_fill(torch.isin(torch.arange(V, device=dev), banned), float("-inf")).argmax(-1).float()
 
-    check.check("argmax_kernel", lambda: argmax_rows(logits, banned, suppress, chosen).float(), banned_argmax,
+    check.check("argmax_kernel", lambda: argmax_rows(logits.clone(), banned, suppress, chosen).float(), banned_argmax,
                 f"4x{V} fp32", 0.0)
     check.finish()
 
