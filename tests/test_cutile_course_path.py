@@ -4,14 +4,15 @@ tests/test_parity.py and tests/test_awkward_shapes.py check for every track):
 * torch computes nothing: every aten op the forward calls outside a cuTile kernel is an allocation,
   a view or a copy (the emulator's own torch work inside a launch is not the model's);
 * every kernel signature a transcription launches — the course kernels at the model's shapes (4-d
-  strided views, GQA's 0-stride kv heads) and the provided glue — compiles for sm_90 with the real
-  compiler, in tf32, IEEE fp32 and bf16;
+  strided views, GQA's 0-stride kv heads, the real model's widths) and the provided glue — compiles
+  for sm_90 with the real compiler, in tf32, IEEE fp32 and bf16;
 * the three attention kernels at the encoder's window lengths and past them (1500, 1501, 3000 keys)
   with a head size that is not a power of two.
 
 Without a GPU the kernels run in the cuTile emulator.
 """
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -62,18 +63,44 @@ def test_course_path_uses_torch_only_to_allocate_view_and_copy(tiny_ckpt, clips,
     assert "copy_" in recorder.ops or "_to_copy" in recorder.ops  # the recorder did see the forward
 
 
-def test_course_path_signatures_compile_for_sm_90(tiny_ckpt, clips, tmp_path):
-    """Transcribe in each precision (every launcher and dtype the model uses; one row, the GPU's
-    usual case, and a left-padded batch of two), then compile each distinct signature the course
-    path launched."""
+def full_width_model(precision: str):
+    """The course model at the real checkpoint's widths (transformers' default GlmAsrConfig: hidden
+    1280 / 2048, 20 / 16+4 heads, vocabulary 59 264), one encoder and one decoder layer, random weights."""
+    from glm_asr_common.checkpoint import default_config_dict, random_weights
+    from glm_asr_common.config import ModelConfig
+    from glm_asr_common.precision import get_precision
+    from glm_asr_cutile_example.model import load_model
+
+    cfg = ModelConfig.from_dict(default_config_dict())
+    cfg = dataclasses.replace(cfg, encoder=dataclasses.replace(cfg.encoder, num_layers=1),
+                              decoder=dataclasses.replace(cfg.decoder, num_layers=1))
+    dtype = get_precision(precision).dtype
+    return load_model(cfg, random_weights(cfg, dtype), "cpu", precision), cfg
+
+
+def test_course_path_signatures_compile_for_sm_90(tiny_ckpt, clips, tmp_path, monkeypatch):
+    """Every signature the course path launches compiles for sm_90 with the real compiler: at the
+    model's own widths (tile constants such as the 4096-lane vocabulary tiles of the greedy head,
+    where a kernel once kept the compiler busy for minutes), in tf32 and bf16; and on the tiny
+    checkpoint in IEEE fp32 with a left-padded batch of two. At full width each launch emulates one
+    block only: the signatures are the point, not the values."""
     if MODE != "emulate":
         pytest.skip("on a GPU every launch compiles its signature already")
     missing = _compile_toolchain_missing()
     if missing:
         pytest.skip(missing)
-    for precision, batch in (("tf32", ["short"]), ("bf16", ["short"]), ("fp32", ["short", "other"])):
-        model, ckpt = track_model(COURSE, tiny_ckpt, precision)
-        model.generate(inputs_for(ckpt, [load_audio(clips[name]) for name in batch]), 2, 2)
+    from glm_asr_common import cutile_emulator
+    from glm_asr_common.frontend import prepare_inputs
+
+    emulate_grid = cutile_emulator.launch
+    with monkeypatch.context() as patch:
+        patch.setattr(cutile_emulator, "launch",
+                      lambda stream, grid, kern, args: emulate_grid(stream, (1,) * len(grid), kern, args))
+        for precision in ("tf32", "bf16"):
+            model, cfg = full_width_model(precision)
+            model.generate(prepare_inputs([load_audio(clips["short"])], cfg, None), 2, 2)
+    model, ckpt = track_model(COURSE, tiny_ckpt, "fp32")
+    model.generate(inputs_for(ckpt, [load_audio(clips["short"]), load_audio(clips["other"])]), 2, 2)
     signatures = [s for s in recorded_signatures() if s["kernel"].rsplit(".", 1)[0] in COURSE_MODULES]
     record = tmp_path / "signatures.json"
     write_signatures(record, signatures)
@@ -84,6 +111,8 @@ def test_course_path_signatures_compile_for_sm_90(tiny_ckpt, clips, tmp_path):
     launched = {s["kernel"] for s in signatures}
     assert compiled == launched, f"not compiled: {sorted(launched - compiled)}"
     assert {name.rsplit(".", 1)[0] for name in compiled} == set(COURSE_MODULES)
+    widths = {tuple(p["shape"]) for s in signatures for p in s["params"] if p["kind"] == "array"}
+    assert (1, 59264) in widths, "the full-width run did not reach the greedy head"
 
 
 @pytest.mark.parametrize("keys", [1500, 1501, 3000])
