@@ -30,10 +30,11 @@ Precision (what CuPy allows):
          has no TF32: on a CPU it computes IEEE fp32.
   bf16   bfloat16 arrays from ml_dtypes (CuPy 14 and NumPy both take its dtype); products with fp32
          accumulation; norms, softmax, GELU, SiLU in fp32 and rounded back where transformers
-         rounds. CuPy 14.2 has no bfloat16 matmul: there the weight matrices are held as fp32
-         copies of their bf16 values and multiplied in TF32, which holds bf16 operands exactly (a
-         bf16 GEMM's arithmetic at twice its weight traffic; ``precision_note`` says so). Without
-         ml_dtypes bf16 is refused with one line.
+         rounds. CuPy 14.2 multiplies bfloat16 matrices but not batches of them (attention's
+         products): those are widened to fp32 and multiplied in TF32, which holds bf16 operands
+         exactly. A CuPy with no bfloat16 matmul at all gets the weight matrices as fp32 copies of
+         their bf16 values (the same arithmetic at twice the weight traffic; ``precision_note``
+         says so). Without ml_dtypes bf16 is refused with one line.
 """
 
 from __future__ import annotations
@@ -87,15 +88,16 @@ class ArrayBackend:
                 raise UserError(f"{self.xp.__name__} {self.xp.__version__} cannot compute in bfloat16 ({error}); "
                                 "run the cupy path with --precision tf32 or fp32") from None
         self.dtype = self.bf16 if self.bf16 is not None else np.dtype(np.float32)
-        # CuPy 14.2 holds and adds bfloat16 arrays but has no bfloat16 matmul (it takes the dtype for
-        # an integer one and fails); NumPy with ml_dtypes multiplies them.
-        self.bf16_matmul = self.bf16 is not None and self._multiplies(self.bf16)
+        # CuPy 14.2 holds and adds bfloat16 arrays and multiplies bfloat16 matrices, but its batched
+        # matmul (3-d and up) takes the dtype for an integer one and fails; NumPy with ml_dtypes does both.
+        self.bf16_matmul = self.bf16 is not None and self._multiplies(self.bf16, (2, 2))
+        self.bf16_batched_matmul = self.bf16_matmul and self._multiplies(self.bf16, (2, 2, 2))
 
-    def _multiplies(self, dtype) -> bool:
+    def _multiplies(self, dtype, shape) -> bool:
         try:
-            a = self.xp.ones((2, 2), dtype=np.float32).astype(dtype)
+            a = self.xp.ones(shape, dtype=np.float32).astype(dtype)
             return bool(((a @ a).astype(np.float32) == 2).all())
-        except Exception:  # the library's own error, whichever it is: this dtype has no matmul there
+        except Exception:  # the library's own error, whichever it is: no such matmul there
             return False
 
     def array(self, t: torch.Tensor):
@@ -167,7 +169,9 @@ class CupyGlmAsr(GreedyModel):
     def _product(self, a, b):
         """a @ b as the library returns it: in the operands' dtype, or in fp32 from operands widened
         to fp32 where they differ or the library has no bf16 matmul."""
-        widen = a.dtype != b.dtype or (a.dtype == self.backend.bf16 and not self.backend.bf16_matmul)
+        b16 = self.backend
+        widen = a.dtype != b.dtype or (a.dtype == b16.bf16 and not (
+            b16.bf16_batched_matmul if max(a.ndim, b.ndim) > 2 else b16.bf16_matmul))
         if self._tf32 is not None:
             # TF32 holds a bf16 value exactly: fp32 products of bf16 values lose nothing by it.
             self._tf32(self.precision.dot == "tf32" or (widen and self.dtype == torch.bfloat16))
@@ -184,9 +188,12 @@ class CupyGlmAsr(GreedyModel):
         """x @ weight^T (+ bias) in the activation dtype. The bias is added to the product as the
         library returns it: fp32 from NumPy (one rounding, as torch), already bf16 from CuPy (a
         second rounding: a fused bias would need a kernel of our own)."""
+        rows = x.reshape(-1, x.shape[-1])  # one matrix product (a library's 2-d GEMM), not a batch of them
         if bias is None:
-            return self.matmul(x, weight.T)
-        return self.rounded(self.f32(self._product(x, weight.T)) + self.f32(bias))
+            y = self.matmul(rows, weight.T)
+        else:
+            y = self.rounded(self.f32(self._product(rows, weight.T)) + self.f32(bias))
+        return y.reshape(*x.shape[:-1], -1)
 
     def gelu(self, x):
         v = self.f32(x)

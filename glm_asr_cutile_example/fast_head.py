@@ -41,7 +41,8 @@ def lm_head_argmax_kernel(x, lm_head, norm_weight, banned, suppress, part_max, p
     Grid (cdiv(V, BLOCK_V), R)."""
     vocab_tile = ct.bid(0)
     row = ct.bid(1)
-    logits = gemv_rows(x, lm_head, norm_weight, row, vocab_tile, eps, RMSNORM, BLOCK_V, BLOCK_K)
+    logits, _ = gemv_rows(x, norm_weight, row, eps, lm_head, vocab_tile, lm_head, vocab_tile, RMSNORM, False,
+                          BLOCK_V, BLOCK_K)
     # HF's lm_head materialises logits in the activation dtype: rounding the same way makes equal
     # logits equal here too, so ties break as they do there.
     logits = round_as(logits, x.dtype)

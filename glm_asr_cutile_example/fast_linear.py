@@ -6,8 +6,8 @@
                   the same K loop and stores silu(gate) * up
     gemv_kernel   BLOCK_N outputs of one row (decode) on the CUDA cores: the weight is streamed once,
                   every element used once. Its prologue can compute the input from what the previous
-                  kernel would have produced (RMSNorm of the row, or silu(gate) * up), its epilogue adds
-                  into ``out`` (the residual)
+                  kernel would have produced (RMSNorm of the row); its epilogue adds into ``out`` (the
+                  residual) or, GATED, runs gate and up rows together and stores silu(gate) * up
 
 ``linear``, ``llama_mlp`` and ``rms_linear`` pick the kernel and its tiles (``linear_tiles``). Every
 kernel rounds to the activation dtype where transformers materialises a tensor (a Linear's output
@@ -37,7 +37,7 @@ ZERO = ct.PaddingMode.ZERO
 EMULATED = MODE != "gpu"
 
 # gemv_kernel's prologues: what the weight multiplies.
-AS_STORED, RMSNORM, SWIGLU = 0, 1, 2
+AS_STORED, RMSNORM = 0, 1
 
 
 def swiglu(gate, up, dtype):
@@ -96,15 +96,12 @@ def gemm_kernel(x, w, bias, out, HAS_BIAS: ct.Constant[bool], GELU: ct.Constant[
                  linear_epilogue(acc, bias, out, row_tile, col_tile, HAS_BIAS, GELU, ACCUMULATE, BLOCK_M, BLOCK_N))
 
 
-def gemv_input(x, norm_weight, row, k, inv_rms, up_half, PROLOGUE, BLOCK_K):
+def gemv_input(x, norm_weight, row, k, inv_rms, PROLOGUE, BLOCK_K):
     """The (1, BLOCK_K) fp32 input tile k of row ``row`` after the prologue (see gemv_kernel)."""
     values = ct.astype(ct.load(x, (row, k), (1, BLOCK_K), padding_mode=ZERO), ct.float32)
     if PROLOGUE == RMSNORM:
         weight = ct.astype(ct.load(norm_weight, (k,), (BLOCK_K,), padding_mode=ZERO), ct.float32)
         values = round_as(round_as(values * inv_rms, x.dtype) * weight[None, :], x.dtype)
-    if PROLOGUE == SWIGLU:
-        up = ct.astype(ct.load(up_half, (row, k), (1, BLOCK_K), padding_mode=ZERO), ct.float32)
-        values = round_as(swiglu(values, up, x.dtype), x.dtype)
     return values
 
 
@@ -117,52 +114,68 @@ def inverse_rms(x, row, eps, BLOCK_K):
     return ct.rsqrt(ct.sum(squares) / x.shape[1] + eps)
 
 
-def gemv_rows(x, w, norm_weight, row, first_row_tile, eps, PROLOGUE, BLOCK_N, BLOCK_K):
-    """(1, BLOCK_N) fp32 sums over K of W[rows] * input[row] for the BLOCK_N weight rows of tile
-    ``first_row_tile``; the input is x's row after PROLOGUE. Lane-wise partial sums, one reduction
-    after the loop."""
+def gemv_rows(x, norm_weight, row, eps, w, tile, w2, tile2, PROLOGUE, TWO, BLOCK_N, BLOCK_K):
+    """(1, BLOCK_N) fp32 sums over K of w[rows of tile ``tile``] * input, the input being x's row
+    after PROLOGUE; with TWO, also those of w2[rows of tile ``tile2``] against the same input (a
+    gated pair, or RoPE's two halves), else the second result repeats the first. Lane-wise partial
+    sums, one reduction after the loop."""
+    # The first weight tiles do not depend on x: loaded before the RMSNorm statistics, their
+    # latency overlaps them instead of following them.
+    first = ct.astype(ct.load(w, (tile, 0), (BLOCK_N, BLOCK_K), padding_mode=ZERO), ct.float32)
+    if TWO:
+        first2 = ct.astype(ct.load(w2, (tile2, 0), (BLOCK_N, BLOCK_K), padding_mode=ZERO), ct.float32)
     inv_rms = 0.0
     if PROLOGUE == RMSNORM:
         inv_rms = inverse_rms(x, row, eps, BLOCK_K)
-    source = x
-    up_half = x
-    if PROLOGUE == SWIGLU:
-        # Both halves as views of their own extent, so the last tile of the gate pads with zeros
-        # instead of reading the first up values.
-        source = x.slice(1, 0, w.shape[1])
-        up_half = x.slice(1, w.shape[1], 2 * w.shape[1])
-    acc = ct.zeros((BLOCK_N, BLOCK_K), ct.float32)
-    for k in range(ct.num_tiles(w, 1, (BLOCK_N, BLOCK_K))):
-        values = gemv_input(source, norm_weight, row, k, inv_rms, up_half, PROLOGUE, BLOCK_K)
-        w_tile = ct.astype(ct.load(w, (first_row_tile, k), (BLOCK_N, BLOCK_K), padding_mode=ZERO), ct.float32)
-        acc = acc + w_tile * values
-    return ct.reshape(ct.sum(acc, axis=1), (1, BLOCK_N))
+    values = gemv_input(x, norm_weight, row, 0, inv_rms, PROLOGUE, BLOCK_K)
+    acc = first * values
+    if TWO:
+        acc2 = first2 * values
+    for k in range(1, ct.num_tiles(w, 1, (BLOCK_N, BLOCK_K))):
+        values = gemv_input(x, norm_weight, row, k, inv_rms, PROLOGUE, BLOCK_K)
+        acc = acc + ct.astype(ct.load(w, (tile, k), (BLOCK_N, BLOCK_K), padding_mode=ZERO), ct.float32) * values
+        if TWO:
+            acc2 = acc2 + ct.astype(ct.load(w2, (tile2, k), (BLOCK_N, BLOCK_K), padding_mode=ZERO),
+                                    ct.float32) * values
+    total = ct.reshape(ct.sum(acc, axis=1), (1, BLOCK_N))
+    total2 = total
+    if TWO:
+        total2 = ct.reshape(ct.sum(acc2, axis=1), (1, BLOCK_N))
+    return total, total2
 
 
 @ct.kernel
 def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], HAS_BIAS: ct.Constant[bool],
-                GELU: ct.Constant[bool], ACCUMULATE: ct.Constant[bool], BLOCK_N: ct.Constant[int],
-                BLOCK_K: ct.Constant[int]):
+                GELU: ct.Constant[bool], ACCUMULATE: ct.Constant[bool], GATED: ct.Constant[bool],
+                BLOCK_N: ct.Constant[int], BLOCK_K: ct.Constant[int]):
     """out[r, tile j] = epilogue(W[tile j] . prologue(x[r])) for the rows r of a decode step.
 
-    x: (R, K) (SWIGLU: (R, 2K) holding [gate | up]); W: (N, K); out: (R, N). Grid (cdiv(N, BLOCK_N), R):
-    each row re-reads the weight, which is why it serves one or two rows, not a batch.
+    x: (R, K); W: (N, K), or GATED (2N, K) with rows [gate; up]: the block runs gate rows j and up
+    rows j together and stores silu(gate) * up; out: (R, N). Grid (cdiv(N, BLOCK_N), R): each row
+    re-reads the weight, which is why it serves one or two rows, not a batch.
     PROLOGUE RMSNORM multiplies rmsnorm(x[r]) * norm_weight (eps: fp32), recomputed by every block
     from the few kilobytes of the row, instead of a separate launch and a round trip through memory.
     """
     col_tile = ct.bid(0)
     row = ct.bid(1)
-    total = gemv_rows(x, w, norm_weight, row, col_tile, eps, PROLOGUE, BLOCK_N, BLOCK_K)
-    ct.store(out, (row, col_tile), linear_epilogue(total, bias, out, row, col_tile, HAS_BIAS, GELU, ACCUMULATE,
-                                                   1, BLOCK_N))
+    if GATED:
+        n_out = out.shape[1]
+        gate, up = gemv_rows(x, norm_weight, row, eps, w.slice(0, 0, n_out), col_tile, w.slice(0, n_out, 2 * n_out),
+                             col_tile, PROLOGUE, True, BLOCK_N, BLOCK_K)
+        ct.store(out, (row, col_tile), ct.astype(swiglu(gate, up, out.dtype), out.dtype))
+    else:
+        total, _ = gemv_rows(x, norm_weight, row, eps, w, col_tile, w, col_tile, PROLOGUE, False, BLOCK_N, BLOCK_K)
+        ct.store(out, (row, col_tile), linear_epilogue(total, bias, out, row, col_tile, HAS_BIAS, GELU, ACCUMULATE,
+                                                       1, BLOCK_N))
 
 
 # Rows up to which the one-row GEMV serves (it reads the weight once per row).
 GEMV_MAX_ROWS = 2
 
 
-def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype) -> tuple[str, tuple[int, ...]]:
-    """("gemv", (BLOCK_N, BLOCK_K)) or ("gemm", (BLOCK_M, BLOCK_N, BLOCK_K)) for one problem size.
+def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype, gelu: bool = False) -> tuple[str, tuple[int, ...]]:
+    """("gemv", (BLOCK_N, BLOCK_K)) or ("gemm", (BLOCK_M, BLOCK_N, BLOCK_K)) for one problem size
+    (N: weight rows read, both halves of a gated weight).
 
     K steps are counted in bytes where the dtype matters (fp32 tiles move as many bytes as bf16
     ones). The emulator pays per block and per tile operation, not per element: there it takes
@@ -185,6 +198,9 @@ def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype) -> tuple[str, tuple
     if M <= 64:
         # Still bound by reading the weight once: narrow column tiles give the SMs enough blocks.
         return "gemm", (64, 32, 2 * step)
+    if gelu:
+        # The exact GELU's polynomial in the epilogue needs registers beside a 128 x 128 accumulator.
+        return "gemm", (64, 128, step)
     return "gemm", (128, 128, step)
 
 
@@ -198,8 +214,7 @@ def _rows_of(t: torch.Tensor, what: str) -> torch.Tensor:
 def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, prologue=AS_STORED,
             norm_weight=None, eps=0.0, precision="tf32", tiles=None):
     rows = _rows_of(x, "linear x")
-    M, K_in = rows.shape
-    K = K_in // 2 if prologue == SWIGLU else K_in
+    M, K = rows.shape
     N = weight.shape[0] // 2 if gated else weight.shape[0]
     if weight.shape[1] != K or weight.stride(1) != 1 or weight.dtype != x.dtype:
         raise ValueError(f"linear: weight {tuple(weight.shape)} {weight.dtype} does not fit x {tuple(x.shape)} "
@@ -209,19 +224,19 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
     if out is None:
         out = torch.empty((*x.shape[:-1], N), dtype=x.dtype, device=x.device)
     out_rows = _rows_of(out, "linear out")
-    kind, tile = tiles or linear_tiles(M, N, K, x.dtype)
+    kind, tile = tiles or linear_tiles(M, weight.shape[0], K, x.dtype, gelu)
     # Unused array arguments get any array of the right kind: the constant flags compile their loads away.
     bias_arg = weight[0] if bias is None else bias
     if kind == "gemv":
-        if gated:
-            raise ValueError("gemv_kernel has no gated epilogue: llama_mlp splits it into two GEMVs")
         block_n, block_k = tile
+        if gated and tiles is None:
+            block_n = max(1, block_n // 2)  # a gated block reads BLOCK_N gate rows and BLOCK_N up rows
         launch((cdiv(N, block_n), M), gemv_kernel, rows, weight, bias_arg,
                weight[0] if norm_weight is None else norm_weight, out_rows, float(eps), prologue, bias is not None,
-               gelu, accumulate, block_n, block_k)
+               gelu, accumulate, gated, block_n, block_k)
         return out
     if prologue != AS_STORED:
-        raise ValueError("the RMSNorm / SwiGLU prologues belong to the one-row GEMV")
+        raise ValueError("the RMSNorm prologue belongs to the one-row GEMV")
     block_m, block_n, block_k = tile
     launch((cdiv(M, block_m), cdiv(N, block_n)), gemm_kernel, rows, weight, bias_arg, out_rows, bias is not None,
            gelu, accumulate, gated, precision == "tf32", block_m, block_n, block_k)
@@ -253,15 +268,15 @@ def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_we
               down_weight: torch.Tensor, *, precision: str, rmsnorm) -> torch.Tensor:
     """The decoder layer's second half, in place: x += down(silu(gate(h)) * up(h)), h = rmsnorm(x).
 
-    gate_up_weight: (2F, H), rows [gate_proj; up_proj]. For decode rows, two GEMVs: [gate | up] of
-    the normalised row (RMSNorm in the prologue), then down with SwiGLU in its prologue and the
-    residual in its epilogue. For more rows: rmsnorm, the gated GEMM (SwiGLU epilogue), down (+ x).
+    gate_up_weight: (2F, H), rows [gate_proj; up_proj]. For decode rows, two GEMVs: gate|up of the
+    normalised row (RMSNorm in the prologue, SwiGLU in the epilogue), then down with the residual in
+    its epilogue. For more rows: rmsnorm, the gated GEMM (SwiGLU epilogue), down (+ x).
     """
     if as_rows(x).shape[0] <= GEMV_MAX_ROWS:
-        gate_up = _launch(x, gate_up_weight, None, None, prologue=RMSNORM, norm_weight=norm_weight, eps=eps,
-                          precision=precision)
-        return _launch(gate_up, down_weight, None, x, accumulate=True, prologue=SWIGLU, precision=precision)
-    activated = _launch(rmsnorm(x, norm_weight, eps), gate_up_weight, None, None, gated=True, precision=precision)
+        activated = _launch(x, gate_up_weight, None, None, gated=True, prologue=RMSNORM, norm_weight=norm_weight,
+                            eps=eps, precision=precision)
+    else:
+        activated = _launch(rmsnorm(x, norm_weight, eps), gate_up_weight, None, None, gated=True, precision=precision)
     return linear(activated, down_weight, accumulate_into=x, precision=precision)
 
 

@@ -21,7 +21,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fas
 from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
 
 from ._tile_helpers import next_power_of_2, round_as  # noqa: E402
-from .fast_linear import RMSNORM, gemv_input, inverse_rms, rms_linear  # noqa: E402
+from .fast_linear import RMSNORM, gemv_rows, rms_linear  # noqa: E402
 from .glue import write_kv_cache  # noqa: E402
 from .layers import rmsnorm  # noqa: E402
 from .rope import apply_rope  # noqa: E402
@@ -53,18 +53,11 @@ def qkv_rope_gemv_kernel(x, w, norm_weight, cos, sin, cache_pos, kv_start, q_out
     head = ct.bid(0) // per_head
     part = ct.bid(0) % per_head
     first_rows = head * 2 * per_head + part  # tile index of the x1 rows; the x2 rows are HALF further
-    inv_rms = inverse_rms(x, 0, eps, BLOCK_K)
-    acc1 = ct.zeros((BLOCK_P, BLOCK_K), ct.float32)
-    acc2 = ct.zeros((BLOCK_P, BLOCK_K), ct.float32)
-    for k in range(ct.num_tiles(w, 1, (BLOCK_P, BLOCK_K))):
-        values = gemv_input(x, norm_weight, 0, k, inv_rms, x, RMSNORM, BLOCK_K)
-        w1 = ct.load(w, (first_rows, k), (BLOCK_P, BLOCK_K), padding_mode=ZERO)
-        w2 = ct.load(w, (first_rows + per_head, k), (BLOCK_P, BLOCK_K), padding_mode=ZERO)
-        acc1 = acc1 + ct.astype(w1, ct.float32) * values
-        acc2 = acc2 + ct.astype(w2, ct.float32) * values
+    x1, x2 = gemv_rows(x, norm_weight, 0, eps, w, first_rows, w, first_rows + per_head, RMSNORM, True, BLOCK_P,
+                       BLOCK_K)
     # The Linear's output is rounded to the activation dtype before RoPE sees it, as in transformers.
-    x1 = round_as(ct.reshape(ct.sum(acc1, axis=1), (1, BLOCK_P)), x.dtype)
-    x2 = round_as(ct.reshape(ct.sum(acc2, axis=1), (1, BLOCK_P)), x.dtype)
+    x1 = round_as(x1, x.dtype)
+    x2 = round_as(x2, x.dtype)
     slot = ct.load(cache_pos, (0,), ())
     if head < N_Q_HEADS + N_KV_HEADS:
         position = ct.maximum(slot - ct.load(kv_start, (0,), ()), 0)

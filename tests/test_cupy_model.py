@@ -13,8 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+from glm_asr_common.audio import load_audio
 from glm_asr_common.errors import UserError
+from glm_asr_common.frontend import prepare_inputs
 from glm_asr_common.runtime import import_track, open_checkpoint
+from glm_asr_common.tiny_checkpoint import TEST_AUDIO
 from parity import rel_err
 
 cupy_model = import_track("glm_asr_cutile_example", "cupy", "cpu")
@@ -111,18 +114,29 @@ def test_benchmark_detailed_refuses_a_track_twice(capsys):
 
 
 def test_bf16_without_a_bf16_matmul_multiplies_widened_copies(tiny_ckpt, monkeypatch):
-    """CuPy 14.2 has no bfloat16 matmul: the weight matrices become fp32 copies of their bf16 values.
+    """A CuPy with no bfloat16 matmul: the weight matrices become fp32 copies of their bf16 values.
     The same arithmetic as NumPy's bf16 products (fp32 accumulation), so the same logits up to the
     order of the sums."""
-    from glm_asr_common.frontend import prepare_inputs
-    from glm_asr_common.tiny_checkpoint import TEST_AUDIO
-    from glm_asr_common.audio import load_audio
 
     ckpt = open_checkpoint(str(tiny_ckpt), torch.bfloat16)
     inputs = prepare_inputs([load_audio(TEST_AUDIO)], ckpt.config, ckpt.processor)
     native = cupy_model.load_model(ckpt.config, ckpt.weights, "cpu", "bf16")
-    monkeypatch.setattr(cupy_model.ArrayBackend, "_multiplies", lambda self, dtype: False)
+    monkeypatch.setattr(cupy_model.ArrayBackend, "_multiplies", lambda self, dtype, shape: False)
     widened = cupy_model.load_model(ckpt.config, ckpt.weights, "cpu", "bf16")
     assert native.precision_note == "" and "no bfloat16 matmul" in widened.precision_note
     assert widened.w.decoder_layers[0].qkv_weight.dtype == np.float32
     assert rel_err(widened.prefill_logits(inputs).float(), native.prefill_logits(inputs).float()) <= 5e-3
+
+
+def test_bf16_batched_products_widen_where_only_matrix_products_exist(tiny_ckpt, monkeypatch):
+    """CuPy 14.2 multiplies bf16 matrices but not batches: the weights stay bf16, attention's batched
+    products are widened; the logits are those of native bf16 products up to the order of the sums."""
+
+    ckpt = open_checkpoint(str(tiny_ckpt), torch.bfloat16)
+    inputs = prepare_inputs([load_audio(TEST_AUDIO)], ckpt.config, ckpt.processor)
+    native = cupy_model.load_model(ckpt.config, ckpt.weights, "cpu", "bf16")
+    monkeypatch.setattr(cupy_model.ArrayBackend, "_multiplies", lambda self, dtype, shape: len(shape) == 2)
+    matrices_only = cupy_model.load_model(ckpt.config, ckpt.weights, "cpu", "bf16")
+    assert matrices_only.precision_note == "" and not matrices_only.backend.bf16_batched_matmul
+    assert matrices_only.w.decoder_layers[0].qkv_weight.dtype == matrices_only.act
+    assert rel_err(matrices_only.prefill_logits(inputs).float(), native.prefill_logits(inputs).float()) <= 5e-3

@@ -37,5 +37,16 @@ case "${1:-}" in
             --min-new-tokens 13 --max-new-tokens 13 --runs 3 --compare glm_asr_triton_example:fast \
             --compare glm_asr_cutile_example:cupy --json "$OUT/detailed_bf16.json"
         ;;
-    *) echo "usage: run.sh 1|2" >&2; exit 2 ;;
+    3)
+        bench glm_asr_cutile_example fast bf16
+        bench glm_asr_triton_example fast bf16
+        bench glm_asr_cutile_example cupy bf16
+        step 150 python3 benchmark_detailed.py glm_asr_cutile_example --path fast --random-weights --precision bf16 \
+            --min-new-tokens 13 --max-new-tokens 13 --runs 3 --compare glm_asr_triton_example:fast \
+            --compare glm_asr_cutile_example:cupy --json "$OUT/detailed_bf16.json"
+        step 150 python3 utils/gpu_parity.py --tracks glm_asr_cutile_example:fast,glm_asr_cutile_example:cupy \
+            --precisions fp32,bf16 --json "$OUT/parity.jsonl"
+        step 100 python3 -m pytest -q -x tests/test_cutile_fast.py -p no:cacheprovider
+        ;;
+    *) echo "usage: run.sh 1|2|3" >&2; exit 2 ;;
 esac
