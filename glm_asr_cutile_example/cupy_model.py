@@ -326,8 +326,7 @@ class CupyGlmAsr(GreedyModel):
         # Plain array code indexes with host integers: one read-back per call.
         first, valid = (int(v) for v in state.counters[:2].tolist())
         B, T = state.batch, tokens
-        Hq, Hkv, D = d.num_heads, d.num_kv_heads, d.head_dim
-        group = Hq // Hkv
+        group = d.num_heads // d.num_kv_heads
         slots = first + xp.arange(T)
         positions = xp.maximum(slots[None, :] - kv_start[:, None].astype(xp.int64), 0)  # (B, T)
         cos, sin = self.dec_cos[positions], self.dec_sin[positions]
