@@ -228,6 +228,8 @@ def transcribe(track: str, settings: dict, audio: Audio, live=None, warm_up: boo
         now = time.perf_counter()
         if not run.ids:
             run.first_token_seconds = now - start
+            if live:
+                live["status"].empty()  # "encoding the audio…" is over
         run.ids.append(new_ids[0])
         if live is None or (now - redraw["last"] < REDRAW_SECONDS and len(run.ids) < run.max_new_tokens):
             return
@@ -366,7 +368,8 @@ def run_transcribe(settings: dict, audio: Audio):
             with model_lock():
                 run = transcribe(track, settings, audio, live)
         except UserError as e:
-            live_heading.empty()
+            for placeholder in (live_heading, *live.values()):
+                placeholder.empty()
             st.error(page_message(e))
             return
         st.session_state["last_run"] = run
