@@ -74,7 +74,7 @@ def server(tmp_path_factory):
 def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1400",
+    for flag in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1200",
                  "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
                  f"--use-file-for-fake-audio-capture={TEST_CLIP}"]:
         options.add_argument(flag)
