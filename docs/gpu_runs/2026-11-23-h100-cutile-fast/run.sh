@@ -46,7 +46,6 @@ case "${1:-}" in
             --compare glm_asr_cutile_example:cupy --json "$OUT/detailed_bf16.json"
         step 150 python3 utils/gpu_parity.py --tracks glm_asr_cutile_example:fast,glm_asr_cutile_example:cupy \
             --precisions fp32,bf16 --json "$OUT/parity.jsonl"
-        step 100 python3 -m pytest -q -x tests/test_cutile_fast.py -p no:cacheprovider
         ;;
     *) echo "usage: run.sh 1|2|3" >&2; exit 2 ;;
 esac
