@@ -167,6 +167,7 @@ class Run:
     audio_name: str
     audio_seconds: float
     max_new_tokens: int
+    path_summary: str  # what the path is, shown as the card title's help
     ids: list[int] = field(default_factory=list)
     text: str = ""
     seconds: float = 0.0  # the model's time: the page's redraws are left out
@@ -215,7 +216,7 @@ def transcribe(track: str, settings: dict, audio: Audio, live=None, warm_up: boo
     inputs = prepare_inputs([audio.samples], checkpoint.config, checkpoint.processor)
     run = Run(track, settings["checkpoint"], checkpoint.description, settings["precision"],
               device_label(settings["device"], track), audio.name, audio.seconds, settings["max_new_tokens"],
-              first_run=loaded.runs == 0)
+              loaded.summary, first_run=loaded.runs == 0)
     cuda = settings["device"] == "cuda"
     if loaded.runs == 0 and (cuda or warm_up):
         if live:
@@ -275,7 +276,7 @@ def show_run(run: Run, live_text=None):
     """The transcript (into ``live_text``, the placeholder it grew in, when given) and the run's card."""
     (live_text or st).markdown(plain(run.text) or "(no text: the model stopped at once)")
     with st.container(border=True, key="run_card"):
-        st.markdown(f"**{track_label(run.track)}** · {run.precision} · {run.device}")
+        st.markdown(f"**{track_label(run.track)}** · {run.precision} · {run.device}", help=run.path_summary)
         cols = st.columns(4)
         cols[0].metric("time", f"{run.seconds * 1000:.0f} ms" if run.seconds < 10 else f"{run.seconds:.1f} s")
         cols[1].metric("tokens", len(run.ids))
