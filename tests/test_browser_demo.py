@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 if not (CHROMIUM and CHROMEDRIVER):
@@ -154,16 +155,15 @@ def metric(card: str, label: str) -> str:
 
 def reference_text(cache: str) -> str:
     """transformers' greedy transcript of the test clip on the page's tiny checkpoint, in fp32."""
-    os.environ["GLM_ASR_CACHE"] = cache  # the folder the server built it in: reused, not rebuilt
-    import torch
-
     from glm_asr_common.audio import load_audio
     from glm_asr_common.frontend import decode
     from glm_asr_common.runtime import open_checkpoint
     from glm_asr_common.tiny_checkpoint import cached_tiny_checkpoint
     from parity import hf_generate, hf_model, inputs_for
 
-    path = cached_tiny_checkpoint()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("GLM_ASR_CACHE", cache)  # the folder the server built it in: reused, not rebuilt
+        path = cached_tiny_checkpoint()
     checkpoint = open_checkpoint(str(path), torch.float32)
     inputs = inputs_for(checkpoint, [load_audio(TEST_CLIP)])
     ids = hf_generate(hf_model(path), inputs, TOKENS, 0, checkpoint.config.eos_token_ids)[0]
@@ -187,7 +187,8 @@ def test_upload_transcribe_record_and_compare_in_chromium(server, browser, scree
     card = finished_card(browser)
     transcript = browser.find_element(By.CSS_SELECTOR, ".st-key-transcript").text
     assert " ".join(transcript.split()) == " ".join(reference_text(cache).split())
-    assert "glm_asr_triton_example · fast · fp32 · cpu (Triton interpreter)" in card
+    where = "cuda" if torch.cuda.is_available() else "cpu (Triton interpreter)"
+    assert f"glm_asr_triton_example · fast · fp32 · {where}" in card
     assert "audio test_audio.wav, 3.5 s" in card and int(metric(card, "tokens")) > 0
     assert by_text(browser, "stHeading", "Transcript — random weights, meaningless text")
     browser.save_screenshot(str(screenshots / "transcribe.png"))
