@@ -41,11 +41,11 @@ case "${1:-}" in
         bench glm_asr_cutile_example fast bf16
         bench glm_asr_triton_example fast bf16
         bench glm_asr_cutile_example cupy bf16
+        step 150 python3 utils/gpu_parity.py --tracks glm_asr_cutile_example:fast,glm_asr_cutile_example:cupy \
+            --precisions fp32,bf16 --json "$OUT/parity.jsonl"
         step 150 python3 benchmark_detailed.py glm_asr_cutile_example --path fast --random-weights --precision bf16 \
             --min-new-tokens 13 --max-new-tokens 13 --runs 3 --compare glm_asr_triton_example:fast \
             --compare glm_asr_cutile_example:cupy --json "$OUT/detailed_bf16.json"
-        step 150 python3 utils/gpu_parity.py --tracks glm_asr_cutile_example:fast,glm_asr_cutile_example:cupy \
-            --precisions fp32,bf16 --json "$OUT/parity.jsonl"
         ;;
     *) echo "usage: run.sh 1|2|3" >&2; exit 2 ;;
 esac
