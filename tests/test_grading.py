@@ -22,7 +22,9 @@ import make_template  # noqa: E402
 from glm_asr_common.errors import run_cli  # noqa: E402
 from glm_asr_triton_example import STUDENT_KERNELS  # noqa: E402
 
-STUDENT = "glm_asr_triton_filled"  # git-ignored: a folder of the repository only while this test runs
+# A folder of the repository only while this test runs (git-ignored); its own name, so that no other
+# test's package of the same name meets these broken modules in sys.modules.
+STUDENT = "glm_asr_triton_graded"
 BROKEN = "gelu_kernel"
 RUBRIC = ["## 1. Implementation summary", "## 2. Profiling", "## 3. Bottleneck analysis",
           "## 4. Optimisation attempts", "## 5. Comparison with the baseline"]
@@ -42,6 +44,8 @@ def student_folder():
     layers.write_text(text[:line] + "    y = x" + text[line_end:])
     yield STUDENT
     shutil.rmtree(target, ignore_errors=True)
+    for name in [m for m in sys.modules if m == STUDENT or m.startswith(STUDENT + ".")]:
+        del sys.modules[name]
 
 
 def test_compare_report_follows_the_students_kernels(student_folder, tiny_ckpt, clips, tmp_path, capsys):
@@ -80,7 +84,7 @@ def test_compare_report_follows_the_students_kernels(student_folder, tiny_ckpt, 
     assert positions == sorted(positions)
     assert f"| layers.py | `{BROKEN}` |" in markdown and "| FAIL |" in markdown
     assert f"Wrong results (fix these first): {BROKEN}" in markdown
-    assert "COMPARISON: glm_asr_triton_filled against glm_asr_triton_example" in out
+    assert f"COMPARISON: {STUDENT} against glm_asr_triton_example" in out
 
 
 def test_compare_options_need_compare(tiny_ckpt, capsys):
