@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from . import roofline, teaching
+from . import roofline, self_check, teaching
 from .errors import UserError
 from .runtime import REPO_ROOT, import_track, track_folders, track_paths
 
@@ -58,24 +58,15 @@ def solution_folder(folder: str, requested: str | None) -> str:
     raise UserError(f"--compare: no solution folder for {folder}; name one with --solution FOLDER")
 
 
-def kernel_files(folder: str, kernels) -> list[str]:
-    """The folder's modules that define course kernels (their self-checks give the kernel rows)."""
-    files = []
-    for path in sorted((REPO_ROOT / folder).glob("*.py")):
-        text = path.read_text()
-        if any(f"def {kernel}(" in text for kernel in kernels) and "def _self_check(" in text:
-            files.append(path.stem)
-    return files
-
-
-def kernel_rows(folder: str, files: list[str]) -> list[dict]:
-    """Each file's ``_self_check()`` run quietly; one dict per printed row, with its file."""
+def kernel_rows(folder: str) -> list[dict]:
+    """Every case of the folder's course kernels (glm_asr_common.kernel_cases), run quietly as the
+    kernel files' self-checks run them; one dict per row, with its file."""
+    track = self_check.load_track(folder)
     rows = []
-    for stem in files:
-        module = importlib.import_module(f"{folder}.{stem}")
-        with teaching.recording_checks() as checks, contextlib.redirect_stdout(io.StringIO()):
-            module._self_check()
-        rows += [dict(asdict(row), file=f"{stem}.py") for check in checks for row in check.rows]
+    for stem in ("layers", "attention", "rope"):
+        with self_check.recording_checks(), contextlib.redirect_stdout(io.StringIO()):
+            check = self_check.run_cases(track, stem)
+        rows += [dict(asdict(row), file=f"{stem}.py") for row in check.rows]
     return rows
 
 
@@ -150,16 +141,17 @@ def roofline_floor(session, tokens: int, peaks) -> dict:
 
 
 def pair_kernel_rows(student: list[dict], solution: list[dict]) -> list[dict]:
-    """Rows side by side, matched by file and name (a template's rows are the example's)."""
-    theirs = {(r["file"], r["kernel"]): r for r in solution}
+    """Rows side by side, matched by file, kernel and case (a template's rows are the example's)."""
+    theirs = {(r["file"], r["kernel"], r["guards"]): r for r in solution}
     paired = []
     for mine in student:
-        ref = theirs.get((mine["file"], mine["kernel"]))
+        ref = theirs.get((mine["file"], mine["kernel"], mine["guards"]))
         ratio = None
         if ref and mine["time_us"] and ref["time_us"] and mine["status"] in ("PASS", "REF"):
             ratio = mine["time_us"] / ref["time_us"]
-        paired.append({"file": mine["file"], "kernel": mine["kernel"], "shape": mine["shape"],
-                       "on_gpu": mine["on_gpu"], "status": mine["status"], "rel_err": mine["rel_err"],
+        paired.append({"file": mine["file"], "kernel": mine["kernel"], "guards": mine["guards"], "shape": mine["shape"],
+                       "on_gpu": mine["on_gpu"], "status": mine["status"], "error": mine["error"],
+                       "limit": mine["limit"], "unit": mine["unit"],
                        "time_us": mine["time_us"],
                        "solution_status": ref["status"] if ref else None,
                        "solution_time_us": ref["time_us"] if ref else None, "time_ratio": ratio,
@@ -171,16 +163,14 @@ def compare(session, args, student: dict, log=print) -> dict:
     """Measure everything and write the report; returns the report's dict."""
     folder = session.folder.rstrip("/").split("/")[-1]
     solution = solution_folder(folder, getattr(args, "solution", None))
-    from .cli import folder_student_kernels
-
-    kernels = folder_student_kernels(folder) or folder_student_kernels(solution)
     log(f"[compare] kernel self-checks: {folder} against {solution}")
-    student_kernels = kernel_rows(folder, kernel_files(folder, kernels))
+    kernels = self_check.load_track(folder).student_kernels
+    student_kernels = kernel_rows(folder)
     # The solution's rows must not run on reference substitutions meant for the student's folder.
     allowed = set(teaching.ALLOWED_REFERENCES)
     teaching.ALLOWED_REFERENCES.clear()
     try:
-        solution_kernels = kernel_rows(solution, kernel_files(solution, kernels))
+        solution_kernels = kernel_rows(solution)
     finally:
         teaching.ALLOWED_REFERENCES.update(allowed)
     rows = [e2e_row("student", f"{folder} ({session.path} path)", student["runs_ms"], student["token_ids"])]
@@ -217,16 +207,27 @@ def _us(value) -> str:
     return "-" if value is None else (f"{value / 1000:.1f} ms" if value >= 10_000 else f"{value:.1f} us")
 
 
-def _err(value) -> str:
-    return "-" if value is None else f"{value:.2e}"
+def _err(row) -> str:
+    """A row's error against its limit, in the unit its case judges by (rel, abs, bf16 mismatch)."""
+    return "-" if row["error"] is None else f"{row['error']:.2e} / {row['limit']:.0e} {row['unit']}"
+
+
+def kernel_status(rows: list[dict]) -> dict[str, str]:
+    """Each kernel's status over its cases: FAIL if any case failed, else TODO, else REF, else PASS."""
+    status = {}
+    for r in rows:
+        order = ("FAIL", "TODO", "REF", "PASS")
+        previous = status.get(r["kernel"], "PASS")
+        status[r["kernel"]] = min(previous, r["status"], key=order.index)
+    return status
 
 
 def kernel_table(report: dict) -> str:
-    lines = ["| file | kernel | shape | status | max rel err | time | solution | student / solution |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| file | kernel | guards against | shape | status | error / limit | time | solution | "
+             "student / solution |", "|---|---|---|---|---|---|---|---|---|"]
     for r in report["kernels"]:
         ratio = "-" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"
-        lines.append(f"| {r['file']} | `{r['kernel']}` | {r['shape']} | {r['status']} | {_err(r['rel_err'])} | "
+        lines.append(f"| {r['file']} | `{r['kernel']}` | {r['guards']} | {r['shape']} | {r['status']} | {_err(r)} | "
                      f"{_us(r['time_us'])} | {_us(r['solution_time_us'])} | {ratio} |")
     return "\n".join(lines)
 
@@ -246,7 +247,8 @@ def e2e_table(report: dict) -> str:
 def bottlenecks(report: dict) -> list[str]:
     """Plain sentences: what failed, what is missing, what is much slower than the solution."""
     notes = []
-    by_status = {s: [r["kernel"] for r in report["kernels"] if r["status"] == s] for s in ("FAIL", "TODO", "REF")}
+    per_kernel = kernel_status(report["kernels"])
+    by_status = {s: [k for k, v in per_kernel.items() if v == s] for s in ("FAIL", "TODO", "REF")}
     if by_status["FAIL"]:
         notes.append(f"Wrong results (fix these first): {', '.join(by_status['FAIL'])}.")
     if by_status["TODO"]:
@@ -276,8 +278,8 @@ def bottlenecks(report: dict) -> list[str]:
 
 def markdown(report: dict, plot: str | None) -> str:
     kernels = report["kernels"]
-    counts = {s: sum(r["status"] == s for r in kernels if r["kernel"] in report["student_kernels"])
-              for s in ("PASS", "FAIL", "TODO", "REF")}
+    per_kernel = kernel_status([r for r in kernels if r["kernel"] in report["student_kernels"]])
+    counts = {s: sum(v == s for v in per_kernel.values()) for s in ("PASS", "FAIL", "TODO", "REF")}
     on_gpu = any(r.get("on_gpu") for r in kernels)
     where = "GPU: median times" if on_gpu else "CPU: one call each in the interpreter or emulator, not kernel times"
     parts = [
@@ -288,7 +290,7 @@ def markdown(report: dict, plot: str | None) -> str:
         "",
         "## 1. Implementation summary",
         "",
-        f"Course kernels (their own self-check rows): {counts['PASS']} pass, {counts['FAIL']} fail, "
+        f"Course kernels (every case of their self-checks): {counts['PASS']} pass, {counts['FAIL']} fail, "
         f"{counts['TODO']} to write, {counts['REF']} on the example's kernel. End to end ({report['path']} path): "
         f"**{report['status']}**; transcription: \"{report['transcription']}\".",
         "",
@@ -372,11 +374,11 @@ def print_summary(report: dict):
     print("=" * 60)
     print(f"COMPARISON: {report['folder']} against {report['solution']}")
     print("=" * 60)
-    print(f"{'kernel':34} {'status':6} {'rel err':>9} {'time':>10} {'solution':>10} {'ratio':>6}")
+    print(f"{'kernel':24} {'status':6} {'error / limit':>22} {'time':>10} {'solution':>10} {'ratio':>6}  guards against")
     for r in report["kernels"]:
         ratio = "" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"
-        print(f"{r['kernel']:34} {r['status']:6} {_err(r['rel_err']):>9} {_us(r['time_us']):>10} "
-              f"{_us(r['solution_time_us']):>10} {ratio:>6}")
+        print(f"{r['kernel']:24} {r['status']:6} {_err(r):>22} {_us(r['time_us']):>10} "
+              f"{_us(r['solution_time_us']):>10} {ratio:>6}  {r['guards']}")
     print()
     ref = report["reference_label"] or "reference"
     print(f"{'run':16} {'time (ms)':>16} {'ms/token':>9} {'tokens':>6} {'ids = ' + ref:>20} {'floor/time':>10}")

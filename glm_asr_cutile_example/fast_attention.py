@@ -267,26 +267,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 # ==================================================================================================
 
 
-def torch_attention(q, k, v, scale, causal=False, kv_start=None):
-    """Reference on (B, H, T, D) tensors in fp64: GQA by repetition, causal and left-padding masks;
-    a query with no visible key gives zeros."""
-    group = q.shape[1] // k.shape[1]
-    k = k.double().repeat_interleave(group, 1)
-    v = v.double().repeat_interleave(group, 1)
-    scores = q.double() @ k.transpose(-1, -2) * scale
-    Tq, Tk = scores.shape[-2:]
-    keys = torch.arange(Tk, device=q.device)
-    hidden = torch.zeros(scores.shape, dtype=torch.bool, device=q.device)
-    if causal:
-        hidden |= keys[None, :] > torch.arange(Tq, device=q.device)[:, None]
-    if kv_start is not None:
-        hidden |= keys[None, None, None, :] < kv_start.to(q.device)[:, None, None, None]
-    probs = torch.softmax(scores.masked_fill(hidden, float("-inf")), -1).nan_to_num(0.0)
-    return probs @ v
-
-
 def _self_check():
-    from glm_asr_common.teaching import SelfCheck
+    from glm_asr_common.self_check import SelfCheck
+    from glm_asr_common.torch_reference import attention as torch_attention
 
     check = SelfCheck("fast_attention.py", EMULATED, cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device

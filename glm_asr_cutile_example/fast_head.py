@@ -115,7 +115,7 @@ def greedy_head(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, lm_head_
 
 
 def _self_check():
-    from glm_asr_common.teaching import SelfCheck
+    from glm_asr_common.self_check import SelfCheck
 
     check = SelfCheck("fast_head.py", EMULATED, cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device

@@ -286,7 +286,7 @@ def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_we
 
 
 def _self_check():
-    from glm_asr_common.teaching import SelfCheck
+    from glm_asr_common.self_check import SelfCheck
 
     from .layers import rmsnorm
 

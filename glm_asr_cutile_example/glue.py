@@ -284,7 +284,7 @@ def argmax_rows(logits: torch.Tensor, banned_ids: torch.Tensor, suppress: torch.
 
 
 def _self_check():
-    from glm_asr_common.teaching import SelfCheck
+    from glm_asr_common.self_check import SelfCheck
 
     check = SelfCheck("glue.py", MODE != "gpu", cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device

@@ -199,63 +199,8 @@ def decoder_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     return out
 
 
-# ==================================================================================================
-# Self-check: python glm_asr_cutile_template/attention.py  (without a GPU: the cuTile emulator)
-# ==================================================================================================
+if __name__ == "__main__":  # the self-check: every case of glm_asr_common/kernel_cases.py
+    from glm_asr_common.self_check import main
 
+    raise SystemExit(main(__file__))
 
-def _self_check():
-    from glm_asr_common.teaching import SelfCheck
-
-    check = SelfCheck("attention.py", MODE != "gpu", cpu_runner="cuTile emulator", decorator="@ct.kernel")
-    on_gpu, dev = check.on_gpu, check.device
-    torch.manual_seed(0)
-    dt = torch.bfloat16
-
-    # The encoder's 20 heads of 64 over a window on a GPU, small stand-ins in the emulator.
-    T, heads = (1500, 20) if on_gpu else (40, 3)
-    qkv = torch.randn(1, T, 3 * heads * 64, device=dev, dtype=dt)
-    # q, k, v as (1, H, T, 64) views of the fused QKV output: strided, last dim contiguous.
-    q, k, v = (qkv[..., i * heads * 64:(i + 1) * heads * 64].view(1, T, heads, 64).transpose(1, 2) for i in range(3))
-    scale = 64 ** -0.5
-    shape = f"{tuple(q.shape)} bf16"
-    causal = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
-    ref_scores = (q.double() @ k.double().transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))
-    check.check("attention_scores_kernel", lambda: attention_scores(q, k, scale, causal=True), lambda: ref_scores,
-                shape + " causal", 1e-4)
-    logits = ref_scores.float()
-    work = torch.empty_like(logits)
-    check.check("softmax_inplace_kernel", lambda: softmax_inplace(work.copy_(logits)),
-                lambda: torch.softmax(ref_scores, -1), f"{tuple(logits.shape)} fp32", 1e-5)
-    probs = torch.softmax(torch.randn(1, heads, T, T, device=dev) * 3, -1)
-    check.check("attention_output_kernel", lambda: attention_output(probs, v),
-                lambda: probs.to(dt).double() @ v.double(), shape, 1e-2)
-    out = torch.empty(1, T, heads, 64, device=dev, dtype=dt).permute(0, 2, 1, 3)
-    reference = torch.softmax(q.double() @ k.double().transpose(-1, -2) * scale, -1) @ v.double()
-    check.check("encoder_attention", lambda: encoder_attention(q, k, v, scale, out), lambda: reference, shape, 2e-2)
-
-    # The decoder, GQA 16/4, head_dim 128: one decode token over a cache with a left-padded row.
-    B, Hq, Hkv, D, T_max = 2, 16, 4, 128, (1024 if on_gpu else 48)
-    valid = T_max // 2
-    kv_start = torch.tensor([0, 7], dtype=torch.int32, device=dev)
-    q1 = torch.randn(B, Hq, 1, D, device=dev, dtype=dt)
-    k_cache, v_cache = (torch.randn(B, Hkv, T_max, D, device=dev, dtype=dt) for _ in range(2))
-    counters = torch.tensor([valid - 1, valid], dtype=torch.int32, device=dev)
-
-    def decode_reference():
-        keys = torch.arange(valid, device=dev)
-        k, v = (c[:, :, :valid].double().repeat_interleave(Hq // Hkv, 1) for c in (k_cache, v_cache))
-        s = q1.double() @ k.transpose(-1, -2) * D ** -0.5
-        s = s.masked_fill(keys < kv_start[:, None, None, None], float("-inf"))
-        return torch.softmax(s, -1) @ v
-
-    check.check("decoder_attention[decode]",
-                lambda: decoder_attention(q1, k_cache, v_cache, D ** -0.5, causal=False, n_keys=T_max,
-                                          kv_start=kv_start, cache_pos=counters[:1], valid_len=counters[1:],
-                                          precision="tf32"),
-                decode_reference, f"({B}, {Hq}, {T_max}, {D}) bf16", 2e-2)
-    check.finish()
-
-
-if __name__ == "__main__":
-    _self_check()

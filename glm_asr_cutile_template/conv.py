@@ -82,7 +82,7 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: in
 
 
 def _self_check():
-    from glm_asr_common.teaching import SelfCheck
+    from glm_asr_common.self_check import SelfCheck
 
     check = SelfCheck("conv.py", MODE != "gpu", cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device

@@ -79,7 +79,8 @@ def apply_rope_kernel(x, cos, sin, positions, HALF: ct.Constant[int], BLOCK_T: c
     of the first half never spill into the second).
     Hint: read each token's table row with ct.gather(cos, (pos[:, None], lane[None, :])): positions
     are data, not tile indices. Round like transformers in bf16: the tables cast to x's dtype, each
-    of the four products rounded to it, then the difference / sum (round_as).
+    of the four products rounded to it, then the difference / sum (round_as; the rule:
+    GUIDE.md#interpreter-traps).
     """
     # TODO: write the body, then replace the @student_kernel(...) line with @ct.kernel.
 
@@ -106,58 +107,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions:
     return x
 
 
-# --------------------------------------------------------------------------------------------------
-# Self-check: python glm_asr_cutile_template/rope.py  (without a GPU: the cuTile emulator)
-# --------------------------------------------------------------------------------------------------
+if __name__ == "__main__":  # the self-check: every case of glm_asr_common/kernel_cases.py
+    from glm_asr_common.self_check import main
 
+    raise SystemExit(main(__file__))
 
-def torch_rope_tables(positions, rotary_dim, theta):
-    """transformers' rotary tables, reduced to the half-width (positions, rotary_dim / 2) cos / sin."""
-    inv_freq = (1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim))).to(positions.device)
-    freqs = positions.float()[:, None] * inv_freq[None, :]
-    return freqs.cos(), freqs.sin()
-
-
-def torch_rope(x, cos, sin, rotary_dim):
-    """transformers' apply_rotary_pos_emb on (B, T, H, D); cos/sin (B, T, rotary_dim/2) fp32."""
-    cos = torch.cat([cos, cos], -1).to(x.dtype)[:, :, None, :]
-    sin = torch.cat([sin, sin], -1).to(x.dtype)[:, :, None, :]
-    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
-    x1, x2 = rot[..., : rotary_dim // 2], rot[..., rotary_dim // 2:]
-    return torch.cat([rot * cos + torch.cat([-x2, x1], -1) * sin, rest], -1)
-
-
-def _self_check():
-    from glm_asr_common.teaching import SelfCheck
-
-    check = SelfCheck("rope.py", MODE != "gpu", cpu_runner="cuTile emulator", decorator="@ct.kernel")
-    on_gpu, dev = check.on_gpu, check.device
-    torch.manual_seed(0)
-    # Real sizes on a GPU (decoder tables to 8192, encoder 1500 frames), small ones in the emulator.
-    P_dec, P_enc = (8192, 1500) if on_gpu else (64, 24)
-    check.check("compute_freqs_kernel", lambda: torch.cat(rope_tables(P_dec, 128, 10000.0, dev)),
-                lambda: torch.cat(torch_rope_tables(torch.arange(P_dec, device=dev), 128, 10000.0)),
-                f"({P_dec}, 64) x2 fp32", 2e-6)
-    check.check("compute_freqs_kernel[encoder]", lambda: torch.cat(rope_tables(P_enc, 32, 10000.0, dev)),
-                lambda: torch.cat(torch_rope_tables(torch.arange(P_enc, device=dev), 32, 10000.0)),
-                f"({P_enc}, 16) x2 fp32", 2e-6)
-
-    # The encoder: q and k heads (20 + 20 of 64) of the fused QKV output, rotary_dim 32.
-    positions = torch.arange(P_enc, device=dev)
-    ecos, esin = torch_rope_tables(positions, 32, 10000.0)
-    qkv = torch.randn(1, P_enc, 3 * 20 * 64, device=dev, dtype=torch.bfloat16)
-    qk = qkv[..., : 2 * 20 * 64].view(1, P_enc, 40, 64)
-    check.check("apply_rope_kernel", lambda: apply_rope(qk.clone(), ecos, esin, positions, 32),
-                lambda: torch_rope(qk, ecos[None], esin[None], 32), f"{tuple(qk.shape)} bf16", 1e-2)
-    # The decoder: 16 q heads of 128, full rotary, per-row positions (a left-padded second row).
-    T = 12
-    cos, sin = torch_rope_tables(torch.arange(P_dec, device=dev), 128, 10000.0)
-    row_positions = torch.stack([torch.arange(T), torch.arange(T) + 5]).to(dev)
-    q = torch.randn(2, T, 16, 128, device=dev, dtype=torch.bfloat16)
-    check.check("apply_rope_kernel[decoder q]", lambda: apply_rope(q.clone(), cos, sin, row_positions, 128),
-                lambda: torch_rope(q, cos[row_positions], sin[row_positions], 128), f"{tuple(q.shape)} bf16", 1e-2)
-    check.finish()
-
-
-if __name__ == "__main__":
-    _self_check()

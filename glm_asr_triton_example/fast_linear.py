@@ -555,7 +555,7 @@ def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, inpu
 
 
 def _self_check():
-    from glm_asr_common.teaching import SelfCheck
+    from glm_asr_common.self_check import SelfCheck
 
     check = SelfCheck("fast_linear.py", INTERPRET)
     on_gpu, device = check.on_gpu, check.device

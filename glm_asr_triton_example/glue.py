@@ -470,24 +470,13 @@ def argmax_rows(logits: torch.Tensor, banned_ids: torch.Tensor, suppress: torch.
 # ---------------------------------------------------------------------------------------------
 
 
-def torch_rope_tables(positions, rotary_dim, theta):
-    """transformers' rotary tables, reduced to the half-width (positions, rotary_dim / 2) cos / sin."""
-    inv_freq = (1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim))).to(positions.device)
-    freqs = positions.float()[:, None] * inv_freq[None, :]
-    return freqs.cos(), freqs.sin()
 
 
-def torch_rope(x, cos, sin, rotary_dim):
-    """transformers' apply_rotary_pos_emb on (B, T, H, D); cos/sin (B, T, rotary_dim/2) fp32."""
-    cos = torch.cat([cos, cos], -1).to(x.dtype)[:, :, None, :]
-    sin = torch.cat([sin, sin], -1).to(x.dtype)[:, :, None, :]
-    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
-    x1, x2 = rot[..., : rotary_dim // 2], rot[..., rotary_dim // 2:]
-    return torch.cat([rot * cos + torch.cat([-x2, x1], -1) * sin, rest], -1)
 
 
 def _self_check():
-    from glm_asr_common.teaching import SelfCheck
+    from glm_asr_common.self_check import SelfCheck
+    from glm_asr_common.torch_reference import rope as torch_rope, rope_tables as torch_rope_tables
 
     check = SelfCheck("glue.py", INTERPRET)
     on_gpu, dev = check.on_gpu, check.device

@@ -38,7 +38,9 @@ def compute_freqs_kernel(cos_ptr, sin_ptr, max_positions, theta, stride_table,
     Masking: positions >= max_positions and lanes >= ROTARY_DIM // 2 are not stored.
     Hint: transformers builds inv_freq in fp32 and the angle as one fp32 product position * inv_freq;
     match those roundings. Positions reach thousands of radians, where fast fp32 sin/cos lose digits:
-    evaluate cos/sin of that fp32 angle in fp64 and round once to fp32.
+    evaluate cos/sin of that fp32 angle in fp64 and round once to fp32. theta arrives as a Python float
+    under the interpreter: build a tensor from it (tl.full), don't call .to() on it
+    (GUIDE.md#interpreter-traps).
     """
     pos = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     i = tl.arange(0, BLOCK_HALF)
@@ -75,28 +77,8 @@ def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tu
     return cos, sin
 
 
-# --------------------------------------------------------------------------------------------------
-# Self-check: python glm_asr_triton_example/rope.py  (without a GPU: the Triton interpreter)
-# --------------------------------------------------------------------------------------------------
+if __name__ == "__main__":  # the self-check: every case of glm_asr_common/kernel_cases.py
+    from glm_asr_common.self_check import main
 
+    raise SystemExit(main(__file__))
 
-def _self_check():
-    from glm_asr_common.teaching import SelfCheck
-
-    from .glue import torch_rope_tables
-
-    check = SelfCheck("rope.py", INTERPRET)
-    on_gpu, dev = check.on_gpu, check.device
-    # Real sizes on a GPU (decoder tables to 8192, encoder 1500 frames), small ones in the interpreter.
-    P_dec, P_enc = (8192, 1500) if on_gpu else (64, 24)
-    check.check("compute_freqs_kernel", lambda: torch.cat(rope_tables(P_dec, 128, 10000.0, dev)),
-                lambda: torch.cat(torch_rope_tables(torch.arange(P_dec, device=dev), 128, 10000.0)),
-                f"({P_dec}, 64) x2 fp32", 2e-6)
-    check.check("compute_freqs_kernel[encoder]", lambda: torch.cat(rope_tables(P_enc, 32, 10000.0, dev)),
-                lambda: torch.cat(torch_rope_tables(torch.arange(P_enc, device=dev), 32, 10000.0)),
-                f"({P_enc}, 16) x2 fp32", 2e-6)
-    check.finish()
-
-
-if __name__ == "__main__":
-    _self_check()

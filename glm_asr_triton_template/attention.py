@@ -97,7 +97,8 @@ def attention_output_kernel(p_ptr, v_ptr, o_ptr, n_heads, Tq, Tk,
     Masking: p loads 0.0 outside (Tq, Tk); v rows >= Tk and channels >= HEAD_DIM load 0.0; only rows
     < Tq and channels < HEAD_DIM are stored.
     Hint: transformers casts the probabilities to v's dtype before the product: round_to(p, v.dtype)
-    does the same in bf16 (a no-op in fp32). Round the result once, at the store.
+    does the same in bf16 (a no-op in fp32). Round the result once, at the store (round_to, not
+    .to(): GUIDE.md#interpreter-traps).
     """
     # TODO: write the body, then replace the @student_kernel(...) line with @triton.jit.
 
@@ -213,72 +214,8 @@ def decoder_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     return attention_output(probs, v, precision=precision).view(B, Hq, Tq, D)
 
 
-# ==================================================================================================
-# Self-check: python glm_asr_triton_template/attention.py  (without a GPU: the Triton interpreter)
-# ==================================================================================================
+if __name__ == "__main__":  # the self-check: every case of glm_asr_common/kernel_cases.py
+    from glm_asr_common.self_check import main
 
+    raise SystemExit(main(__file__))
 
-def torch_attention(q, k, v, scale, causal=False, kv_start=None, q_offset=0):
-    """float64 reference on (B, H, Tq, D) / (B, Hkv, Tk, D), GQA by repeat_interleave."""
-    q, k, v = q.double(), k.double(), v.double()
-    k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
-    v = v.repeat_interleave(q.shape[1] // v.shape[1], 1)
-    s = q @ k.transpose(-1, -2) * scale
-    Tq, Tk = q.shape[2], k.shape[2]
-    keys = torch.arange(Tk, device=q.device)
-    visible = torch.ones(q.shape[0], 1, Tq, Tk, dtype=torch.bool, device=q.device)
-    if causal:
-        visible &= keys[None, None, None, :] <= (q_offset + torch.arange(Tq, device=q.device))[None, None, :, None]
-    if kv_start is not None:
-        visible &= keys[None, None, None, :] >= kv_start.long()[:, None, None, None]
-    p = torch.softmax(s.masked_fill(~visible, float("-inf")), -1).nan_to_num(0.0)
-    return p @ v
-
-
-def _self_check():
-    from glm_asr_common.teaching import SelfCheck
-
-    check = SelfCheck("attention.py", INTERPRET)
-    on_gpu, dev = check.on_gpu, check.device
-    torch.manual_seed(0)
-    dt = torch.bfloat16
-
-    # The encoder's 20 heads of 64 over a window on a GPU, small stand-ins in the interpreter.
-    T, T_max = (1500, 1024) if on_gpu else (40, 48)
-    q, k, v = (torch.randn(1, 20, T, 64, device=dev, dtype=dt) for _ in range(3))
-    scale = 64 ** -0.5
-    shape = f"{tuple(q.shape)} bf16"
-    causal = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
-    ref_scores = (q.double() @ k.double().transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))
-    check.check("attention_scores_kernel", lambda: attention_scores(q, k, scale, causal=True), lambda: ref_scores,
-                shape + " causal", 1e-4)
-    logits = ref_scores.float()
-    work = torch.empty_like(logits)
-    check.check("softmax_inplace_kernel", lambda: softmax_inplace(work.copy_(logits)),
-                lambda: torch.softmax(ref_scores, -1), f"{tuple(logits.shape)} fp32", 1e-5)
-    probs = torch.softmax(torch.randn(1, 20, T, T, device=dev) * 3, -1)
-    check.check("attention_output_kernel", lambda: attention_output(probs, v),
-                lambda: probs.to(dt).double() @ v.double(), shape, 1e-2)
-    out = torch.empty(1, T, 20, 64, device=dev, dtype=dt).permute(0, 2, 1, 3)
-    check.check("encoder_attention", lambda: encoder_attention(q, k, v, scale, out, precision="tf32"),
-                lambda: torch_attention(q, k, v, scale), shape, 2e-2)
-
-    # The decoder, GQA 16/4, head_dim 128: one decode token over a cache with a left-padded row.
-    B, Hq, Hkv, D = 2, 16, 4, 128
-    valid = T_max // 2
-    kv_start = torch.tensor([0, 7], dtype=torch.int32, device=dev)
-    q1 = torch.randn(B, Hq, 1, D, device=dev, dtype=dt)
-    k_cache, v_cache = (torch.randn(B, Hkv, T_max, D, device=dev, dtype=dt) for _ in range(2))
-    counters = torch.tensor([valid - 1, valid], dtype=torch.int32, device=dev)
-    check.check("decoder_attention[decode]",
-                lambda: decoder_attention(q1, k_cache, v_cache, D ** -0.5, causal=False, n_keys=T_max,
-                                          kv_start=kv_start, cache_pos=counters[:1], valid_len=counters[1:],
-                                          precision="tf32"),
-                lambda: torch_attention(q1, k_cache[:, :, :valid], v_cache[:, :, :valid], D ** -0.5,
-                                        kv_start=kv_start),
-                f"({B}, {Hq}, {T_max}, {D}) bf16", 2e-2)
-    check.finish()
-
-
-if __name__ == "__main__":
-    _self_check()

@@ -19,7 +19,7 @@ if not torch.cuda.is_available():
 
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
-for _p in (str(REPO_ROOT), str(TESTS_DIR)):
+for _p in (str(REPO_ROOT), str(TESTS_DIR), str(REPO_ROOT / "utils")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 

@@ -25,7 +25,7 @@ from glm_asr_common import cutile_runtime
 from glm_asr_common.audio import load_audio
 from glm_asr_common.cutile_runtime import MODE, recorded_signatures, write_signatures
 from parity import inputs_for, track_model
-from test_cutile_kernels import _compile_toolchain_missing
+from cutile_compile_check import toolchain_missing
 from test_triton_forward_ops import ALLOWED
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,7 +86,7 @@ def test_course_path_signatures_compile_for_sm_90(tiny_ckpt, clips, tmp_path, mo
     block only: the signatures are the point, not the values."""
     if MODE != "emulate":
         pytest.skip("on a GPU every launch compiles its signature already")
-    missing = _compile_toolchain_missing()
+    missing = toolchain_missing()
     if missing:
         pytest.skip(missing)
     from glm_asr_common import cutile_emulator

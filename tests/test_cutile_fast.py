@@ -18,10 +18,12 @@ import torch
 
 from glm_asr_common.cutile_runtime import MODE, recorded_signatures, write_signatures
 from glm_asr_common.runtime import path_summary, resolve_path
+from glm_asr_common.torch_reference import attention as torch_attention
+from glm_asr_common.torch_reference import rope as torch_rope
+from glm_asr_common.torch_reference import rope_tables as torch_rope_tables
 from glm_asr_cutile_example import fast_attention, fast_head, fast_linear, fast_rope
 from glm_asr_cutile_example.layers import rmsnorm
-from glm_asr_cutile_example.rope import torch_rope, torch_rope_tables
-from test_cutile_kernels import REPO, _compile_toolchain_missing
+from cutile_compile_check import REPO, toolchain_missing
 
 DEV = "cuda" if MODE == "gpu" else "cpu"
 FP32, BF16 = torch.float32, torch.bfloat16
@@ -115,7 +117,7 @@ def test_flash_attention_matches_torch(dtype, precision, Tq, Hq, Hkv, D, causal)
     kv_start = torch.tensor([0, min(5, Tq - 1)], dtype=torch.int32, device=DEV)
     out = torch.full((B, Tq, Hq, D), float("nan"), dtype=dtype, device=DEV).transpose(1, 2)
     fast_attention.flash_attention(q, k, v, D ** -0.5, out, causal=causal, precision=precision, kv_start=kv_start)
-    ref = fast_attention.torch_attention(q, k, v, D ** -0.5, causal, kv_start)
+    ref = torch_attention(q, k, v, D ** -0.5, causal, kv_start)
     # Rows that see no key (left-padding queries of a causal prompt) are zeros in both.
     assert rel_err(out, ref) <= {FP32: 3e-3 if precision == "tf32" else 2e-6, BF16: 2e-2}[dtype]
 
@@ -133,7 +135,7 @@ def test_decode_attention_matches_torch(dtype, precision, D, valid, split):
     out = torch.full((B, Hq, D), float("nan"), dtype=dtype, device=DEV)
     fast_attention.decode_attention(q, k_cache, v_cache, valid_len, kv_start, D ** -0.5, out, precision=precision,
                                     split_size=split)
-    ref = fast_attention.torch_attention(q[:, :, None], k_cache[:, :, :valid], v_cache[:, :, :valid], D ** -0.5,
+    ref = torch_attention(q[:, :, None], k_cache[:, :, :valid], v_cache[:, :, :valid], D ** -0.5,
                                          kv_start=kv_start)[:, :, 0]
     assert rel_err(out, ref) <= {FP32: 3e-3 if precision == "tf32" else 2e-6, BF16: 2e-2}[dtype]
 
@@ -216,7 +218,7 @@ def test_greedy_head_picks_torchs_argmax_with_ties_and_banned_ids(dtype, ban):
 def test_every_fast_path_signature_compiles_for_sm_90(tmp_path):
     if MODE != "emulate":
         pytest.skip("on a GPU the cases above compiled each signature as they launched")
-    missing = _compile_toolchain_missing()
+    missing = toolchain_missing()
     if missing:
         pytest.skip(missing)
     prefixes = tuple(f"glm_asr_cutile_example.{m}." for m in FAST_MODULES)

@@ -4,22 +4,17 @@ utils/make_template.py --track cutile.
 * The committed template is what the generator writes (while it still holds every TODO): the course
   path only (no fast path, no CuPy baseline), eleven kernels declared TODO with signature and
   docstring, everything else copied.
-* Unfilled, its self-check scripts report TODO for exactly the course kernels still to write, and
-  every provided kernel passes.
 * ``benchmark_student.py --allow-reference`` end to end: with every kernel stood in for, the ids are
   the example course path's and transformers'; with all but one, the run stops naming that one, so
   every one of the eleven kernels is on the model's path. Without the flag, the one-line error.
-* The kernel cases of tests/test_cutile_kernels.py run on the real template folder, each skipped
-  with reason "TODO" until its kernel is written: a student's kernels are tested once written.
+* The course kernels' cases on the template: tests/test_course_kernels.py.
 
 Select with ``pytest tests -k cutile_template``. Without a GPU everything runs in the cuTile emulator.
 """
 
 import ast
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,9 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "utils"))
 
 import make_template  # noqa: E402
-import test_cutile_kernels as kernel_cases  # noqa: E402
 
-from glm_asr_common import teaching  # noqa: E402
 from glm_asr_common.audio import load_audio  # noqa: E402
 from glm_asr_common.errors import run_cli  # noqa: E402
 from glm_asr_cutile_example import STUDENT_KERNELS  # noqa: E402
@@ -97,73 +90,6 @@ def test_filled_package_name_picks_the_track(tmp_path):
     assert make_template.main(["--filled", str(tmp_path), "--package", "glm_asr_cutile_filled"]) == 0
     text = (tmp_path / "glm_asr_cutile_filled" / "layers.py").read_text()
     assert "def linear_kernel_tf32(" in text and "ct.mma" in text
-
-
-# --------------------------------------------------------------------------------------------------
-# The unfilled template's self-check scripts
-# --------------------------------------------------------------------------------------------------
-
-ROW = re.compile(r"^(\S+)\s+(PASS|FAIL|TODO)\b(.*)$")
-
-
-def test_cutile_template_self_checks_report_todo_for_exactly_the_unwritten_kernels():
-    env = dict(os.environ, GLM_ASR_CUTILE=os.environ.get("GLM_ASR_CUTILE", "emulate"))
-    procs = {name: subprocess.Popen([sys.executable, str(REPO / TEMPLATE / f"{name}.py")], cwd=REPO, env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for name in ("layers", "attention", "rope", "glue", "conv")}
-    rows = {}
-    for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"{name}.py self-check exited {proc.returncode}:\n{out}"
-        assert "self-check on CPU (cuTile emulator)" in out or "self-check on GPU" in out, out
-        for line in out.splitlines():
-            match = ROW.match(line)
-            if match:
-                assert match.group(1) not in rows, f"two rows for {match.group(1)}"
-                rows[match.group(1)] = (match.group(2), match.group(3), name)
-    todo = template_todos()
-    assert {k for k in rows if k in STUDENT_KERNELS} == set(STUDENT_KERNELS), "one row per course kernel"
-    assert {k for k, (status, *_) in rows.items() if status == "TODO" and k in STUDENT_KERNELS} == todo
-    for kernel, (status, rest, file) in rows.items():
-        assert status != "FAIL", f"{file}.py: {kernel} FAIL {rest}"
-        if status == "TODO" and kernel not in STUDENT_KERNELS:
-            needs = re.search(r"needs (\w+)", rest)
-            assert needs and needs.group(1) in todo, f"{kernel} reads TODO without waiting for a TODO kernel"
-    if todo == set(STUDENT_KERNELS):  # the pristine template: the provided glue passes, the rest waits
-        assert {k for k, (s, *_) in rows.items() if s == "PASS"} == {
-            "residual_add_kernel", "mul_kernel", "embed_tokens_kernel", "token_positions_kernel",
-            "kv_cache_write_kernel", "mask_scores_kernel", "argmax_kernel"}
-
-
-# --------------------------------------------------------------------------------------------------
-# The course kernel cases of test_cutile_kernels.py on the real template (skipped while TODO)
-# --------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
-@pytest.mark.parametrize("case", kernel_cases.CASES, ids=kernel_cases._case_id)
-def test_cutile_template_course_kernel(case, monkeypatch):
-    import importlib
-
-    kernel = case[0]
-    if kernel in template_todos():
-        pytest.skip(f"TODO: {kernel} is not written yet (GUIDE.md#cutile-{kernel})")
-    modules = {m: importlib.import_module(f"{TEMPLATE}.{m}") for m in ("layers", "attention", "rope")}
-    for name, module in modules.items():
-        monkeypatch.setattr(kernel_cases, name, module)
-    monkeypatch.setattr(kernel_cases, "PACKAGE_DIR", Path(modules["layers"].__file__).resolve().parent)
-    teaching.allow_references(None, STUDENT_KERNELS)
-    # The inputs of the example's own case (same seed), so the two tests compare like with like.
-    example_case = f"tests/test_cutile_kernels.py::test_cutile_course_kernel[{kernel_cases._case_id(case)}]"
-    try:
-        out, reference, tol = kernel_cases.run_case(case, example_case)
-    except teaching.KernelTodo as todo:  # the case's launcher also needs a kernel still TODO
-        pytest.skip(f"TODO: {todo.kernel} is not written yet ({todo.guide})")
-    if kernel == "compute_freqs_kernel":
-        err = (out.double().cpu() - reference().double().cpu()).abs().max().item()
-    else:
-        err = kernel_cases.rel_err(out, reference())
-    assert err <= tol, f"{kernel} {case[2]} {case[3]}: error {err:.3e} > {tol:.0e}"
 
 
 # --------------------------------------------------------------------------------------------------

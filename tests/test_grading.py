@@ -62,13 +62,17 @@ def test_compare_report_follows_the_students_kernels(student_folder, tiny_ckpt, 
     report = json.loads((report_dir / "report.json").read_text())
     assert report["folder"] == student_folder and report["solution"] == "glm_asr_triton_example"
 
-    rows = {r["kernel"]: r for r in report["kernels"]}
+    rows = {}  # every case of a kernel, in the table's order
+    for r in report["kernels"]:
+        rows.setdefault(r["kernel"], []).append(r)
     assert set(STUDENT_KERNELS) <= set(rows)
-    assert rows[BROKEN]["status"] == "FAIL" and rows[BROKEN]["rel_err"] > 0.1
-    assert rows[BROKEN]["solution_status"] == "PASS"
+    broken = [r for r in rows[BROKEN] if r["status"] == "FAIL"]
+    assert broken and all(r["error"] > 0.1 for r in broken if r["unit"] == "rel"), rows[BROKEN]
+    assert all(r["solution_status"] == "PASS" for r in rows[BROKEN])
     for kernel in set(STUDENT_KERNELS) - {BROKEN}:
-        assert rows[kernel]["status"] == "PASS", rows[kernel]
-        assert rows[kernel]["rel_err"] < 1e-2 and rows[kernel]["time_us"] > 0 and rows[kernel]["solution_time_us"] > 0
+        for row in rows[kernel]:
+            assert row["status"] == "PASS" and row["error"] <= row["limit"], row
+            assert row["time_us"] > 0 and row["solution_time_us"] > 0
 
     e2e = {r["label"]: r for r in report["end_to_end"]}
     assert list(e2e) == ["student", "course baseline", "fast path", "transformers"]

@@ -43,15 +43,31 @@ SPECIALISED_NDIM = 5
 
 
 def record_self_checks(modules, path: Path) -> list[str]:
-    """Run each module's self-check emulated, recording its launches into ``path``; the failures."""
-    env = dict(os.environ, GLM_ASR_CUTILE="emulate", GLM_ASR_CUTILE_RECORD=str(path))
+    """Run each module's self-check (the file as a script) emulated, recording its launches into
+    ``path``; the failures."""
+    env = dict(os.environ, GLM_ASR_CUTILE="emulate", GLM_ASR_CUTILE_RECORD=str(path), PYTHONPATH=str(REPO))
     failures = []
     for module in modules:
-        code = f"import importlib; importlib.import_module({module!r})._self_check()"
-        result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+        script = REPO / (module.replace(".", "/") + ".py")
+        result = subprocess.run([sys.executable, str(script)], cwd=REPO, env=env, capture_output=True, text=True)
         if result.returncode != 0:
             failures.append(f"self-check of {module} exited {result.returncode}:\n{result.stdout}{result.stderr}")
     return failures
+
+
+def toolchain_missing() -> str | None:
+    """Why the sm_90 compiler cannot run here (a package missing), or None."""
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.tile") is None:
+        return "cuda-tile is not installed (source utils/setup-cutile.sh installs it)"
+    for package in ("nvidia-cuda-tileiras", "nvidia-cuda-nvcc", "nvidia-nvvm"):
+        try:
+            importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            return f"{package} is not installed (source utils/setup-cutile.sh installs it)"
+    return None
 
 
 def _disjoint(shape, strides) -> bool:

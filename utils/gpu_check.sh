@@ -9,9 +9,10 @@
 #             fp32 (ids, logits, teacher-forced regret, transformers' own bf16/tf32 runs as yardstick)
 #   clips     utils/gpu_clips.py: test clip, 0.3 s, 30.5 s, 45 s, 5 min, 44.1 kHz stereo: fp32 ids
 #             against transformers, bf16 time, real-time factor, peak memory
-#   kernels   the kernel tests and every kernel file's self-check on the GPU (Triton, and cuTile for
-#             real where .cutile is carried), tiny checkpoints of awkward shapes end to end, and the
-#             bad-input cases of the command line
+#   kernels   every kernel file's self-check on the GPU (the course kernels' case table with its
+#             model-size cases; Triton, and cuTile for real where .cutile is carried), the kernel tests,
+#             the planted bugs that escape a CPU, tiny checkpoints of awkward shapes end to end, and
+#             the bad-input cases of the command line
 #   detailed  benchmark_detailed.py (fast path vs course path, bf16, with plots) and the grader's
 #             report: ./benchmark.sh on the filled Triton template with --compare
 #   tune      utils/tune_random_init.py (the scales of the random weights)
@@ -117,17 +118,22 @@ for part in "${PARTS[@]}"; do
             cat "$OUT_DIR"/clips_short.jsonl "$OUT_DIR"/clips_long.jsonl > "$OUT_DIR/clips.jsonl" 2>/dev/null
             ;;
         kernels)
+            # Every self-check: the course kernels' case table (with its model-size cases on a GPU), the
+            # provided glue and the fast path; then the same table and the fast paths' tests in pytest.
             for file in layers attention rope glue conv fast_linear fast_attention fast_rope fast_head; do
                 step "self-check glm_asr_triton_example/$file.py" 120 python3 "glm_asr_triton_example/$file.py"
             done
-            step "kernel tests (Triton)" 300 python3 -m pytest -q -x tests/test_triton_layers.py tests/test_triton_attention.py \
-                -p no:cacheprovider
             if has_cutile; then
-                for file in glm_asr_cutile_example/*.py; do
-                    grep -q "^def _self_check" "$file" && step "self-check $file" 120 python3 "$file"
+                for file in layers attention rope glue conv fast_linear fast_attention fast_rope fast_head; do
+                    step "self-check glm_asr_cutile_example/$file.py" 120 python3 "glm_asr_cutile_example/$file.py"
                 done
-                step "kernel tests (cuTile, real compiler)" 300 python3 -m pytest -q tests/test_cutile_kernels.py -p no:cacheprovider
             fi
+            step "kernel tests (the case table, both tracks)" 300 python3 -m pytest -q tests/test_course_kernels.py \
+                -p no:cacheprovider
+            step "kernel tests (Triton fast path and glue)" 300 python3 -m pytest -q -x tests/test_triton_layers.py \
+                tests/test_triton_attention.py -p no:cacheprovider
+            step "planted bugs a CPU cannot catch, caught here" 300 python3 -m pytest -q tests/test_planted_bugs.py \
+                -k escapes -p no:cacheprovider
             step "awkward checkpoints end to end" 300 python3 -m pytest -q tests/test_awkward_shapes.py -p no:cacheprovider
             step "bad input" 200 python3 utils/gpu_bad_inputs.py --tracks "$(track_paths)"
             ;;

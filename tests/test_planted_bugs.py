@@ -1,0 +1,109 @@
+"""Every planted bug (tests/planted_bugs.py) is caught by its kernel's own self-check.
+
+Each bug is a small edit of the example's kernel, applied to a fresh copy of the track (the filled
+template under a package name of its own); the copy's self-check cases for that kernel
+(glm_asr_common.kernel_cases, as ``python layers.py KERNEL`` runs them) must report a FAIL row. A
+bug marked ``escapes_on_cpu`` must pass on a CPU instead, so that README's list of what a laptop
+cannot catch stays true; on a GPU every bug must be caught (``pytest tests/test_planted_bugs.py -k
+escapes`` runs just those there). One bug per track also runs as the student would, as a script,
+which must exit 1 naming the failure.
+"""
+
+import ast
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from glm_asr_common import self_check
+from planted_bugs import PLANTED
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "utils"))
+import make_template  # noqa: E402
+
+ON_GPU = torch.cuda.is_available()
+
+
+@pytest.fixture(scope="module")
+def planted_root(tmp_path_factory):
+    """A folder on sys.path holding one filled copy of each track, the source of every planted copy."""
+    root = tmp_path_factory.mktemp("planted")
+    for track in PLANTED:
+        assert make_template.main(["--track", track, "--filled", str(root), "--package", f"planted_{track}"]) == 0
+    sys.path.insert(0, str(root))
+    yield root
+    sys.path.remove(str(root))
+
+
+def plant(root: Path, track: str, index: int, bug) -> str:
+    """A copy of the track's filled package with the bug's edits; returns its package name."""
+    name = f"planted_{track}_{index}"
+    target = root / name
+    shutil.copytree(root / f"planted_{track}", target)
+    path = target / f"{bug.file}.py"
+    text = path.read_text()
+    # The edits apply to the kernel's own source only: its lines, found by the parser.
+    kernel = next(node for node in ast.parse(text).body if getattr(node, "name", None) == bug.kernel)
+    lines = text.splitlines(keepends=True)
+    start, end = kernel.lineno - 1, kernel.end_lineno
+    source = "".join(lines[start:end])
+    for old, new in bug.edits:
+        assert source.count(old) == 1, f"{bug.id}: {old!r} occurs {source.count(old)} times in {bug.kernel}"
+        source = source.replace(old, new)
+    path.write_text("".join(lines[:start]) + source + "".join(lines[end:]))
+    importlib.invalidate_caches()
+    return name
+
+
+CASES = [(track, i, b) for track, bugs in PLANTED.items() for i, b in enumerate(bugs)]
+CASE_IDS = [f"{t}-{b.kernel}-{b.what}" + ("-escapes-cpu" if b.escapes_on_cpu else "") for t, _, b in CASES]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # exp overflows that some bugs cause on purpose
+@pytest.mark.parametrize("track, index, bug", CASES, ids=CASE_IDS)
+def test_planted_bug_is_caught_by_its_self_check(planted_root, track, index, bug, capsys):
+    track_view = self_check.load_track(plant(planted_root, track, index, bug))
+    with self_check.recording_checks():
+        check = self_check.run_cases(track_view, bug.file, [bug.kernel])
+    failed = [row for row in check.rows if row.status == "FAIL"]
+    assert check.rows and all(row.status in ("PASS", "FAIL") for row in check.rows), capsys.readouterr().out
+    if bug.escapes_on_cpu and not ON_GPU:
+        assert not failed, f"{bug.id} is caught on a CPU now: drop its escapes_on_cpu note (and README's line)"
+    else:
+        assert failed, f"{bug.id} passed every case of {bug.kernel}:\n{capsys.readouterr().out}"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("track", PLANTED)
+def test_unplanted_filled_template_passes_every_case(planted_root, track, capsys):
+    """The generated template with the example's kernel bodies: every case passes, so each FAIL above
+    is the bug's doing."""
+    with self_check.recording_checks():
+        check = self_check.run_cases(self_check.load_track(f"planted_{track}"))
+    out = capsys.readouterr().out
+    assert check.rows and all(row.status == "PASS" for row in check.rows), out
+
+
+@pytest.mark.parametrize("track", PLANTED)
+def test_planted_bug_fails_the_script_with_exit_1(planted_root, track):
+    bug = next(b for b in PLANTED[track] if not b.escapes_on_cpu)
+    package = plant(planted_root, track, 1000, bug)
+    result = subprocess.run([sys.executable, str(planted_root / package / f"{bug.file}.py"), bug.kernel],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"{bug.kernel}" in result.stdout and " FAIL " in result.stdout
+    assert "Self-check: NOT PASSED" in result.stdout
+
+
+def test_every_course_kernel_has_planted_bugs():
+    for track, bugs in PLANTED.items():
+        kernels = importlib.import_module(f"glm_asr_{track}_example").STUDENT_KERNELS
+        caught = {b.kernel for b in bugs if not b.escapes_on_cpu}
+        assert caught == set(kernels), f"{track}: kernels without a planted bug: {set(kernels) - caught}"
