@@ -93,6 +93,7 @@ def write_array_script(path: str | Path, tasks: list[list[str]], *, log_dir: str
              'echo "task $SLURM_ARRAY_TASK_ID on $(hostname -s): $*"',
              'exec "$@"']
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
 
