@@ -9,6 +9,7 @@ module skips, saying why. Each test cancels the jobs it submitted, finished or n
 import json
 import os
 import pwd
+import re
 import shlex
 import shutil
 import socket
@@ -27,14 +28,22 @@ from test_slurm_offline import assert_one_error_line, run_show_tunnel
 REPO = Path(__file__).resolve().parent.parent
 
 
+START_HINT = "as root, bash utils/ci/start_slurm.sh starts a single-node one"
+
+
 def _why_no_slurm():
     if shutil.which("sinfo") is None:
-        return "Slurm is not installed (no sinfo on PATH); as root, bash utils/ci/start_slurm.sh starts a single-node one"
+        return f"Slurm is not installed (no sinfo on PATH); {START_HINT}"
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30)
+    if config.returncode != 0:
+        return f"no Slurm controller answers ({config.stderr.strip()}); {START_HINT}"
+    # On a real cluster's login node these tests would queue jobs for its GPUs and wait behind others.
+    if not re.search(r"^ClusterName\s*=\s*glm-asr-test$", config.stdout, re.MULTILINE):
+        return "this Slurm is not the test one that utils/ci/start_slurm.sh starts (ClusterName glm-asr-test)"
     result = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=30)
     states = result.stdout.split()
     if result.returncode != 0 or not any(state.startswith(("idle", "mix", "alloc")) for state in states):
-        answer = result.stderr.strip() or " ".join(states) or "no nodes"
-        return f"no Slurm node is up (sinfo: {answer}); as root, bash utils/ci/start_slurm.sh starts one"
+        return f"no Slurm node is up (sinfo: {result.stderr.strip() or ' '.join(states) or 'no nodes'}); {START_HINT}"
     return None
 
 
