@@ -2,8 +2,9 @@
 jobs, and glm_asr_common.slurm's job array with its collect job.
 
 They need a Slurm whose node answers, with a GPU gres: `bash utils/ci/start_slurm.sh` (as root)
-starts a single-node one with a fake GPU on this machine, and .ci/run does so in CI. Without one this
-module skips, saying why. Each test cancels the jobs it submitted, finished or not.
+starts a single-node one with a fake GPU on this machine, and .ci/run does so in CI. Without it, and
+on any other Slurm (a real cluster's, where they would queue for its GPUs), this module skips, saying
+why. Each test cancels the jobs it submitted, finished or not.
 """
 
 import json
