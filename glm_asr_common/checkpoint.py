@@ -131,12 +131,27 @@ def resolve_model_dir(model: str, *, need_weights: bool = True) -> Path:
         raise HubUnavailable(model, why) from None
 
 
-def read_config(model_dir: Path) -> ModelConfig:
+def read_raw_config(model_dir: Path) -> dict:
+    """config.json of a checkpoint directory, as stored."""
     try:
-        raw = json.loads((Path(model_dir) / "config.json").read_text())
+        return json.loads((Path(model_dir) / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise UserError(f"cannot read {Path(model_dir) / 'config.json'}: {e}") from None
-    return ModelConfig.from_dict(raw)
+
+
+def read_config(model_dir: Path) -> ModelConfig:
+    return ModelConfig.from_dict(read_raw_config(model_dir))
+
+
+# The config.json key with which this project marks the checkpoints of random weights it writes
+# (glm_asr_common/tiny_checkpoint.py): their text is meaningless, so no transcript can check a run on
+# them; the runs check their ids against transformers' instead (glm_asr_common/verdict.py).
+RANDOM_WEIGHTS_MARK = "glm_asr_random_weights"
+
+
+def marked_random(raw_config: dict) -> bool:
+    """Whether a checkpoint's config.json says it holds random weights built by this project."""
+    return bool(raw_config.get(RANDOM_WEIGHTS_MARK))
 
 
 def _weight_files(model_dir: Path) -> list[Path]:
