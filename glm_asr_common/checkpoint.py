@@ -101,14 +101,15 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 class HubUnavailable(UserError):
-    """The hub could not provide the checkpoint. The message speaks of the command-line options; a
+    """The hub could not provide the checkpoint. The message speaks of the command-line options and,
+    given ``route``, of what runs on this machine instead (glm_asr_common.cli.route_without_hub); a
     program with other controls (the demo) words its own from ``model`` and ``reason``."""
 
-    def __init__(self, model: str, reason: str):
+    def __init__(self, model: str, reason: str, route: str | None = None):
         self.model, self.reason = model, reason
-        super().__init__(f"cannot get {model} from the Hugging Face hub ({reason}); download it elsewhere and pass "
-                         "--model DIR, or run on full-size random weights with --random-weights (no download; "
-                         "timing only)")
+        super().__init__(f"cannot get {model} from the Hugging Face hub ({reason}); " + (
+            route or "download it elsewhere and pass --model DIR, or run on full-size random weights with "
+                     "--random-weights (nothing downloaded)"))
 
 
 def resolve_model_dir(model: str, *, need_weights: bool = True) -> Path:
