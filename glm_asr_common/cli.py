@@ -59,7 +59,9 @@ def add_common_args(parser: argparse.ArgumentParser, runs_default: int):
     parser.add_argument("--precision", choices=list(PRECISIONS), default=None,
                         help="bf16; tf32 (fp32 with TF32 tensor-core matmuls, the default on a GPU); fp32 (IEEE "
                              "fp32 throughout, comparable with transformers' fp32; the default on a CPU, which "
-                             "has no tensor cores)")
+                             "has no tensor cores). On random weights only an fp32 run must equal transformers' "
+                             "fp32 ids (else exit 1); bf16 and tf32 round, which may flip a near-tie, so for them "
+                             "the ids line is for information")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
                         help="older spelling: float32 = --precision tf32, bfloat16 = --precision bf16")
     parser.add_argument("--path", choices=list(PATH_MODULES), default=None,
