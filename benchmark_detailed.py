@@ -42,7 +42,7 @@ import torch
 
 from glm_asr_common import roofline
 from glm_asr_common.cli import (ArgumentParser, add_common_args, check_json_path, open_session, positive_int,
-                                resolve_device, write_json)
+                                resolve_device, settle_run_options, write_json)
 from glm_asr_common.errors import UserError, run_cli
 from glm_asr_common.frontend import decode as decode_text
 from glm_asr_common.hf_reference import HFTrack, raw_config
@@ -137,9 +137,9 @@ def open_hf_session(args, like):
     sync(like.device)
     print(f"Baseline: transformers GlmAsrForConditionalGeneration (sdpa), same weights; load "
           f"{time.perf_counter() - start:.1f}s")
-    return Session("transformers (hf)", "hf", "transformers' GlmAsrForConditionalGeneration", like.device,
-                   like.precision, ckpt, like.inputs, like.audio_seconds, model, time.perf_counter() - start,
-                   like.features_ms)
+    return Session("transformers (hf)", "hf", like.device, like.precision, like.precision_description, ckpt,
+                   like.inputs, like.audio_seconds, like.features_ms, time.perf_counter() - start,
+                   model=model, path_summary="transformers' GlmAsrForConditionalGeneration")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1156,8 +1156,12 @@ def main(argv) -> int:
     if args.folder is None:
         print("Available folders:\n  " + "\n  ".join(track_folders()))
         return 2
+    device = resolve_device(args.device)
+    cpu_defaults = settle_run_options(args, device)
+    if cpu_defaults:
+        print(cpu_defaults)
     # One name for the precision from here on (bf16, tf32, fp32): it picks the roof and the bytes.
-    args.precision, args.dtype = from_options(args.precision, args.dtype).name, None
+    args.precision, args.dtype = from_options(args.precision, args.dtype, device).name, None
     folders = track_folders()
     others = [split_track(spec) for spec in args.compare or []]
     for f in [args.folder] + [other for other, _ in others]:
@@ -1172,7 +1176,6 @@ def main(argv) -> int:
             raise UserError(f"{opt} {path}: directory {Path(path).parent} does not exist")
     if args.plot:
         import_pyplot()  # fail now, not after the measurements
-    device = resolve_device(args.device)
     if device == "cuda":
         init_profiler_for_cuda_graphs()
     peaks = roofline.device_peaks(device, refresh=args.refresh_peaks)

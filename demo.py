@@ -25,7 +25,8 @@ import torch
 from glm_asr_common import teaching
 from glm_asr_common.audio import AUDIO_EXTENSIONS, Audio, read_audio
 from glm_asr_common.checkpoint import DEFAULT_MODEL, HubUnavailable, default_config_dict
-from glm_asr_common.cli import INTERPRETED_MAX_PARAMETERS, cpu_kernel_runner, folder_student_kernels, parameter_count
+from glm_asr_common.cli import (CPU_RUN_DEFAULTS, GPU_RUN_DEFAULTS, INTERPRETED_MAX_PARAMETERS, cpu_kernel_runner,
+                                 folder_student_kernels, parameter_count)
 from glm_asr_common.config import ModelConfig
 from glm_asr_common.errors import UserError
 from glm_asr_common.frontend import check_audio_length, decode, prepare_inputs
@@ -194,11 +195,11 @@ def shown_text(run: Run, processor) -> str:
     return decode(processor, run.ids)
 
 
-def transcribe(track: str, settings: dict, audio: Audio, live=None, warm_up: bool = False) -> Run:
+def transcribe(track: str, settings: dict, audio: Audio, live=None) -> Run:
     """Load (or reuse) the track's model and transcribe ``audio``; ``live`` (placeholders for text,
     progress bar and status line) shows the transcript growing. A model's first run on a GPU (kernel
-    compilation, CUDA graph capture), and with ``warm_up`` on any device, is preceded by a short
-    untimed one."""
+    compilation, CUDA graph capture) is preceded by a short untimed one; on a CPU, where the
+    interpreter and the emulator compile nothing, no run is (CPU_RUN_DEFAULTS)."""
     folder = track.split(":")[0]
     kernels = folder_student_kernels(folder)
     allow = "all" if settings["allow_reference"] and is_template(folder) else None
@@ -218,7 +219,7 @@ def transcribe(track: str, settings: dict, audio: Audio, live=None, warm_up: boo
               device_label(settings["device"], track), audio.name, audio.seconds, settings["max_new_tokens"],
               loaded.summary, first_run=loaded.runs == 0)
     cuda = settings["device"] == "cuda"
-    if loaded.runs == 0 and (cuda or warm_up):
+    if loaded.runs == 0 and cuda:
         if live:
             live["status"].caption("First run of this model: compiling kernels and capturing CUDA graphs…")
         loaded.model.generate(inputs, 2)
@@ -316,10 +317,11 @@ def sidebar(device: str) -> dict:
         model = DEFAULT_MODEL
         if checkpoint == OTHER_MODEL:
             model = st.text_input("Hub id or directory", DEFAULT_MODEL, key="model")
-        precision = st.radio("Precision", list(PRECISIONS), index=list(PRECISIONS).index(DEFAULT_PRECISION),
+        precision = st.radio("Precision", list(PRECISIONS), index=list(PRECISIONS).index(DEFAULT_PRECISION[device]),
                              horizontal=True, key="precision",
                              help="; ".join(f"{p.name}: {p.description}" for p in PRECISIONS.values()))
-        max_new_tokens = st.slider("Max new tokens", 4, 512, 100, key="max_new_tokens")
+        defaults = CPU_RUN_DEFAULTS if device == "cpu" else GPU_RUN_DEFAULTS
+        max_new_tokens = st.slider("Max new tokens", 4, 512, defaults["max_new_tokens"], key="max_new_tokens")
         allow_reference = False
         if any(is_template(t.split(":")[0]) for t in chosen):
             allow_reference = st.toggle(REFERENCE_TOGGLE, key="allow_reference",
@@ -396,7 +398,7 @@ def run_compare(settings: dict, audio: Audio):
                                                                 f"{len(settings['tracks'])})")
             try:
                 with model_lock():
-                    runs.append(transcribe(track, settings, audio, warm_up=True))
+                    runs.append(transcribe(track, settings, audio))
             except UserError as e:
                 st.error(f"{track_label(track)}: {page_message(e)}")
         progress.empty()
@@ -418,7 +420,8 @@ def run_compare(settings: dict, audio: Audio):
     })
     st.subheader("Comparison" + (" — random weights, meaningless text" if first.random else ""))
     st.caption(f"{first.audio_name}, {first.audio_seconds:.1f} s · {first.precision} · checkpoint: "
-               f"{first.checkpoint} · each model warmed up by a short untimed run first")
+               f"{first.checkpoint} · " + ("each model warmed up by a short untimed run first" if settings["device"] ==
+                                           "cuda" else "no warm-up on a CPU (nothing to compile)"))
     st.dataframe(table, hide_index=True)
     st.altair_chart(alt.Chart(table).mark_bar().encode(
         x=alt.X("ms / token:Q"), y=alt.Y("track:N", sort=None, title=None, axis=alt.Axis(labelLimit=400)),
@@ -431,7 +434,9 @@ def main():
     use_device(device)  # before any track imports its kernel language
     st.title("GLM-ASR-Nano live demo")
     st.caption("Pick a track in the sidebar, record or upload speech, press the button: the transcript appears "
-               "as the model writes it. Compare mode runs several tracks on the same clip.")
+               "as the model writes it. Compare mode runs several tracks on the same clip."
+               + ("" if device == "cuda" else f" CPU defaults: {CPU_RUN_DEFAULTS['max_new_tokens']} new tokens, no "
+                                              "warm-up; move “Max new tokens” in the sidebar to change."))
     settings = sidebar(device)
     if settings["checkpoint"] in RANDOM_CHECKPOINTS:
         st.warning(f"Checkpoint: {settings['checkpoint']}. The transcript will be meaningless text; every "

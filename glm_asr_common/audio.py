@@ -60,6 +60,8 @@ def read_audio(source: str | Path | BinaryIO, name: str | None = None) -> Audio:
 
     if isinstance(source, (str, Path)):
         path = Path(source)
+        if path.is_dir():
+            raise UserError(f"{path} is a directory, not an audio file (expected one of: {', '.join(AUDIO_EXTENSIONS)})")
         if not path.is_file():
             raise UserError(f"audio file not found: {path}")
         name = name or f"audio file {path}"

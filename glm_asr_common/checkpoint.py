@@ -101,14 +101,15 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 class HubUnavailable(UserError):
-    """The hub could not provide the checkpoint. The message speaks of the command-line options; a
+    """The hub could not provide the checkpoint. The message speaks of the command-line options and,
+    given ``route``, of what runs on this machine instead (glm_asr_common.cli.route_without_hub); a
     program with other controls (the demo) words its own from ``model`` and ``reason``."""
 
-    def __init__(self, model: str, reason: str):
+    def __init__(self, model: str, reason: str, route: str | None = None):
         self.model, self.reason = model, reason
-        super().__init__(f"cannot get {model} from the Hugging Face hub ({reason}); download it elsewhere and pass "
-                         "--model DIR, or run on full-size random weights with --random-weights (no download; "
-                         "timing only)")
+        super().__init__(f"cannot get {model} from the Hugging Face hub ({reason}); " + (
+            route or "download it elsewhere and pass --model DIR, or run on full-size random weights with "
+                     "--random-weights (nothing downloaded)"))
 
 
 def resolve_model_dir(model: str, *, need_weights: bool = True) -> Path:
@@ -131,12 +132,27 @@ def resolve_model_dir(model: str, *, need_weights: bool = True) -> Path:
         raise HubUnavailable(model, why) from None
 
 
-def read_config(model_dir: Path) -> ModelConfig:
+def read_raw_config(model_dir: Path) -> dict:
+    """config.json of a checkpoint directory, as stored."""
     try:
-        raw = json.loads((Path(model_dir) / "config.json").read_text())
+        return json.loads((Path(model_dir) / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise UserError(f"cannot read {Path(model_dir) / 'config.json'}: {e}") from None
-    return ModelConfig.from_dict(raw)
+
+
+def read_config(model_dir: Path) -> ModelConfig:
+    return ModelConfig.from_dict(read_raw_config(model_dir))
+
+
+# The config.json key with which this project marks the checkpoints of random weights it writes
+# (glm_asr_common/tiny_checkpoint.py): their text is meaningless, so no transcript can check a run on
+# them; the runs check their ids against transformers' instead (glm_asr_common/verdict.py).
+RANDOM_WEIGHTS_MARK = "glm_asr_random_weights"
+
+
+def marked_random(raw_config: dict) -> bool:
+    """Whether a checkpoint's config.json says it holds random weights built by this project."""
+    return bool(raw_config.get(RANDOM_WEIGHTS_MARK))
 
 
 def _weight_files(model_dir: Path) -> list[Path]:

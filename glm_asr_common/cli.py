@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import torch
 
 from . import teaching
 from .audio import SAMPLE_RATE, load_audio
-from .checkpoint import DEFAULT_MODEL
+from .checkpoint import DEFAULT_MODEL, HubUnavailable
 from .errors import UserError
 from .frontend import ASRInputs, prepare_inputs
 from .precision import PRECISIONS, Precision, from_options
@@ -53,10 +54,14 @@ def add_common_args(parser: argparse.ArgumentParser, runs_default: int):
     parser.add_argument("--expected", help="expected transcription (default: test_audio.txt for the default audio)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id or local checkpoint directory")
     parser.add_argument("--random-weights", action="store_true",
-                        help="full-size seeded random weights, no download (timing only)")
+                        help="full-size seeded random weights, no download (meaningless text: the run is checked "
+                             "by its ids against transformers' fp32 instead)")
     parser.add_argument("--precision", choices=list(PRECISIONS), default=None,
-                        help="bf16; tf32 (fp32 with TF32 tensor-core matmuls, the default); fp32 (IEEE fp32 "
-                             "throughout, comparable with transformers' fp32)")
+                        help="bf16; tf32 (fp32 with TF32 tensor-core matmuls, the default on a GPU); fp32 (IEEE "
+                             "fp32 throughout, comparable with transformers' fp32; the default on a CPU, which "
+                             "has no tensor cores). On random weights only an fp32 run must equal transformers' "
+                             "fp32 ids (else exit 1); bf16 and tf32 round, which may flip a near-tie, so for them "
+                             "the ids line is for information")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
                         help="older spelling: float32 = --precision tf32, bfloat16 = --precision bf16")
     parser.add_argument("--path", choices=list(PATH_MODULES), default=None,
@@ -64,9 +69,12 @@ def add_common_args(parser: argparse.ArgumentParser, runs_default: int):
                              "course kernels only), cupy (plain CuPy); default: the folder's first")
     parser.add_argument("--device", choices=["cuda", "cpu"], default=None,
                         help="default: cuda when available, else cpu")
-    parser.add_argument("--warmup", type=non_negative_int, default=1)
-    parser.add_argument("--runs", type=positive_int, default=runs_default)
-    parser.add_argument("--max-new-tokens", type=positive_int, default=100)
+    gpu, cpu = dict(GPU_RUN_DEFAULTS, runs=runs_default), CPU_RUN_DEFAULTS
+    for option, kind, what in (("warmup", non_negative_int, "untimed runs first"), ("runs", positive_int, "timed runs"),
+                               ("max_new_tokens", positive_int, "tokens generated at most")):
+        parser.add_argument(f"--{option.replace('_', '-')}", type=kind, default=None,
+                            help=f"{what} (default {gpu[option]}; {cpu[option]} on a CPU)")
+    parser.set_defaults(gpu_runs=runs_default)
     parser.add_argument("--min-new-tokens", type=non_negative_int, default=0,
                         help="ban eos until this many tokens exist (exact-length timing runs)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
@@ -74,6 +82,31 @@ def add_common_args(parser: argparse.ArgumentParser, runs_default: int):
                         help="template folders: run the example's kernel in place of these unwritten ones "
                              "(the results then say so; status never plain PASS)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+# --warmup, --runs and --max-new-tokens when not given. On a CPU the kernels run in the Triton interpreter or
+# the cuTile emulator, where the GPU's defaults (a warm-up and 3 runs of up to 100 tokens) take minutes even
+# on the tiny checkpoint; a few tokens run every kernel and check the ids just as well.
+GPU_RUN_DEFAULTS = {"warmup": 1, "max_new_tokens": 100}  # runs: each tool's own (add_common_args)
+CPU_RUN_DEFAULTS = {"warmup": 0, "runs": 1, "max_new_tokens": 5}
+
+
+def settle_run_options(args, device: str) -> str | None:
+    """Fill --warmup, --runs and --max-new-tokens left out with the device's defaults. On a CPU, returns
+    the header line that says which defaults were taken (None where none was, as on a second call)."""
+    defaults = CPU_RUN_DEFAULTS if device == "cpu" else dict(GPU_RUN_DEFAULTS, runs=args.gpu_runs)
+    taken = [option for option in ("max_new_tokens", "warmup", "runs") if getattr(args, option) is None]
+    for option in taken:
+        setattr(args, option, defaults[option])
+    if args.max_new_tokens < args.min_new_tokens and "max_new_tokens" in taken:
+        args.max_new_tokens = args.min_new_tokens
+    if device != "cpu" or not taken:
+        return None
+    said = {"max_new_tokens": f"{args.max_new_tokens} new tokens",
+            "warmup": "no warm-up" if args.warmup == 0 else f"{args.warmup} warm-up",
+            "runs": f"{args.runs} run" + ("s" if args.runs > 1 else "")}
+    return (f"CPU defaults: {', '.join(said[o] for o in taken)}; pass "
+            f"{'/'.join('--' + o.replace('_', '-') for o in taken)} to change")
 
 
 def resolve_device(requested: str | None) -> str:
@@ -141,6 +174,30 @@ def parameter_count(cfg) -> int:
     return sum(torch.Size(shape).numel() for shape in expected_shapes(cfg).values())
 
 
+def tiny_route(folder: str) -> str:
+    """The two commands that run ``folder``'s kernels on any machine, offline: a tiny random checkpoint."""
+    return f"python -m glm_asr_common.tiny_checkpoint /tmp/tiny && ./benchmark.sh {folder} --model /tmp/tiny"
+
+
+def route_without_hub(folder: str, device: str) -> str:
+    """What runs ``folder`` on this machine when the model hub cannot: on a CPU only a tiny checkpoint is
+    quick (the full-size kernels take hours there), on a GPU full-size random weights."""
+    if device == "cpu":
+        return (f"on a CPU the quick route is a tiny random checkpoint (meaningless text, ids checked against "
+                f"transformers'): {tiny_route(folder)}")
+    return ("run on full-size random weights with --random-weights (nothing downloaded; ids checked against "
+            "transformers' fp32), or pass a checkpoint downloaded elsewhere with --model DIR")
+
+
+@contextmanager
+def naming_the_route(folder: str, device: str):
+    """A HubUnavailable raised inside says what runs here instead (route_without_hub)."""
+    try:
+        yield
+    except HubUnavailable as e:
+        raise HubUnavailable(e.model, e.reason, route_without_hub(folder, device)) from None
+
+
 def _refuse_interpreted_full_size(args, folder: str, path: str):
     """A one-line refusal, before any weight is read or made, of a CPU run that would take hours."""
     from .config import ModelConfig
@@ -153,68 +210,149 @@ def _refuse_interpreted_full_size(args, folder: str, path: str):
     if parameters > INTERPRETED_MAX_PARAMETERS:
         raise UserError(
             f"on the CPU {folder} runs its kernels in {runner}, where this {parameters / 1e9:.1f} B-parameter "
-            f"model takes hours a transcription; run glm_asr_scratch (PyTorch) instead, or try {folder} on a tiny "
-            f"random checkpoint (meaningless text, real kernels): python -m glm_asr_common.tiny_checkpoint "
-            f"/tmp/tiny && ./benchmark.sh {folder} --device cpu --model /tmp/tiny")
+            f"model takes hours a transcription; run them on a tiny random checkpoint instead (meaningless text, "
+            f"ids checked against transformers'): {tiny_route(folder)} (or run glm_asr_scratch, PyTorch, at full "
+            f"size: minutes)")
+
+
+def precision_description(precision: Precision, device: str, folder: str, path: str) -> str:
+    """What ``precision`` is where the run happens. A CPU has no tensor cores: there tf32 is whatever the
+    CPU runtime makes of it (the cuTile emulator rounds matmul operands as tensor cores would; the Triton
+    interpreter, PyTorch and NumPy multiply in IEEE fp32)."""
+    if device != "cpu" or precision.dot != "tf32" or precision.dtype != torch.float32:
+        return precision.description
+    runner = cpu_kernel_runner(folder, path)
+    if runner == "the cuTile emulator":
+        how = "the cuTile emulator rounds matmul operands to TF32 as they would"
+    else:
+        how = f"{runner or ('NumPy' if path == 'cupy' else 'PyTorch')} multiplies in IEEE fp32, so the results are fp32's"
+    return f"fp32 weights and activations; a CPU has no tensor cores: {how}"
+
+
+def open_args_checkpoint(args, dtype: torch.dtype, device: str) -> Checkpoint:
+    """--model's checkpoint (or --random-weights, made on ``device``) with its weights in ``dtype``."""
+    return open_checkpoint(args.model, dtype, random_weights=args.random_weights,
+                           device=device if args.random_weights else "cpu")
 
 
 @dataclass
 class Session:
-    """A loaded track model, its checkpoint and one prepared input batch."""
+    """One prepared input batch, its checkpoint and (once load_track_model ran) the folder's model."""
 
     folder: str
     path: str
-    path_summary: str
     device: str
     precision: Precision
+    precision_description: str  # what the precision is on this device (precision_description())
     checkpoint: Checkpoint
     inputs: ASRInputs
     audio_seconds: float
-    model: object
-    load_seconds: float
     features_ms: float
+    load_seconds: float  # reading the checkpoint, then building the model
+    cpu_defaults: str | None = None  # the header line of the run options a CPU run defaulted to
+    model: object = None
+    path_summary: str = ""
 
     @property
     def dtype(self) -> torch.dtype:
         return self.precision.dtype
 
 
-def open_session(args, folder: str, log=print) -> Session:
-    """Validate arguments, load audio, checkpoint, features and the folder's model, in that order."""
+def prepare_session(args, folder: str, log=print) -> Session:
+    """Validate arguments, then load the audio, the checkpoint and the features, in that order; no
+    model yet (load_track_model), so a caller can still use them when a kernel of the model is a TODO."""
     track_name(folder)
     path = resolve_path(folder, args.path)
-    precision = from_options(args.precision, args.dtype)
+    device = resolve_device(args.device)
+    cpu_defaults = settle_run_options(args, device)
     if args.min_new_tokens > args.max_new_tokens:
         raise UserError(f"--min-new-tokens {args.min_new_tokens} exceeds --max-new-tokens {args.max_new_tokens}")
     check_json_path(args.json)
     # Before the model loads: loading already launches kernels (the RoPE tables).
     name = folder.rstrip("/").split("/")[-1]
     teaching.allow_references(getattr(args, "allow_reference", None), folder_student_kernels(name), name)
-    device = resolve_device(args.device)
+    precision = from_options(args.precision, args.dtype, device)
     use_device(device)  # before anything imports Triton (transformers' processor can)
     if device == "cpu":
-        _refuse_interpreted_full_size(args, name, path)
+        with naming_the_route(name, device):
+            _refuse_interpreted_full_size(args, name, path)
 
+    if cpu_defaults:
+        log(cpu_defaults)
     audio = load_audio(args.audio)
     log(f"Loaded audio from {args.audio}")
     log(f"Audio duration: {len(audio) / SAMPLE_RATE:.2f}s")
 
     start = time.perf_counter()
-    checkpoint = open_checkpoint(args.model, precision.dtype, random_weights=args.random_weights,
-                                 device=device if args.random_weights else "cpu")
-    track = import_track(folder, path, device)
-    model = track.load_model(checkpoint.config, checkpoint.weights, device, precision)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    load_seconds = time.perf_counter() - start
-    log(f"Model: {checkpoint.description} ({device}); load {load_seconds:.1f}s")
-    log(f"Path: {path} ({path_summary(track)})")
-    log(f"Precision: {precision}")
+    with naming_the_route(name, device):
+        checkpoint = open_args_checkpoint(args, precision.dtype, device)
+    read_seconds = time.perf_counter() - start
 
     start = time.perf_counter()
     inputs = prepare_inputs([audio], checkpoint.config, checkpoint.processor)
     features_ms = (time.perf_counter() - start) * 1000
     log(f"Feature extraction: {features_ms:.1f}ms ({inputs.input_features.shape[0]} window(s), "
         f"prompt {inputs.input_ids.shape[1]} tokens)")
-    return Session(folder, path, path_summary(track), device, precision, checkpoint, inputs,
-                   len(audio) / SAMPLE_RATE, model, load_seconds, features_ms)
+    return Session(folder, path, device, precision, precision_description(precision, device, name, path), checkpoint,
+                   inputs, len(audio) / SAMPLE_RATE, features_ms, read_seconds, cpu_defaults)
+
+
+def load_track_model(session: Session, log=print):
+    """Build the folder's model on the session's checkpoint (raises KernelTodo where a template's kernel
+    that runs at load time is unwritten)."""
+    start = time.perf_counter()
+    track = import_track(session.folder, session.path, session.device)
+    session.model = track.load_model(session.checkpoint.config, session.checkpoint.weights, session.device,
+                                     session.precision)
+    if session.device == "cuda":
+        torch.cuda.synchronize()
+    session.load_seconds += time.perf_counter() - start
+    session.path_summary = path_summary(track)
+    log(f"Model: {session.checkpoint.description} ({session.device}); load {session.load_seconds:.1f}s")
+    log(f"Path: {session.path} ({session.path_summary})")
+    log(f"Precision: {session.precision.name} ({session.precision_description})")
+
+
+def open_session(args, folder: str, log=print) -> Session:
+    """prepare_session, then load_track_model."""
+    session = prepare_session(args, folder, log)
+    load_track_model(session, log)
+    return session
+
+
+def timed_generate(model, inputs: ASRInputs, args, device: str, on_token=None) -> tuple[float, list[int]]:
+    """One transcription: its wall time in ms (GPU-synchronised) and the ids of its first row."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    streaming = {} if on_token is None else {"on_token": on_token}
+    sync()
+    start = time.perf_counter()
+    tokens = model.generate(inputs, args.max_new_tokens, args.min_new_tokens, **streaming)[0]
+    sync()
+    return (time.perf_counter() - start) * 1000, tokens
+
+
+def _token_counter():
+    """An on_token callback that prints how many tokens exist so far ("token 1 2 3"), as they come."""
+    count = 0
+
+    def on_token(_new_ids):
+        nonlocal count
+        count += 1
+        print("token 1" if count == 1 else f" {count}", end="", flush=True)
+    return on_token
+
+
+def time_runs(model, inputs: ASRInputs, args, device: str, streams_tokens: bool = True) -> tuple[list[float], list[int]]:
+    """--warmup untimed, then --runs timed transcriptions, a line each ("  Run 2: 27.1ms (13 tokens)").
+    On a CPU, where one takes seconds to minutes, the line counts the tokens as they come (a model's
+    generate must then take on_token: ``streams_tokens``). Returns the timed runs' ms and the last ids."""
+    runs, tokens = [], []
+    for label, count in (("Warmup", args.warmup), ("Run", args.runs)):
+        for i in range(count):
+            print(f"  {label} {i + 1}: ", end="", flush=True)
+            counter = _token_counter() if device == "cpu" and streams_tokens else None
+            ms, tokens = timed_generate(model, inputs, args, device, counter)
+            print(f"{' -> ' if counter else ''}{ms:.1f}ms ({len(tokens)} tokens)")
+            if label == "Run":
+                runs.append(ms)
+    return runs, tokens

@@ -11,7 +11,13 @@ Two kinds of rows, both measured in this process on the same device:
   end to end  the student's transcription (as timed by benchmark_student) beside the solution's
               course path (the baseline: the same kernels, written by the course), the solution's
               fast path (fused production kernels) and transformers, each on the same checkpoint,
-              inputs and precision; ids compared with transformers' (or with the baseline's).
+              inputs and precision; ids compared with transformers' (or with the baseline's). Where a
+              TODO kernel stopped the student's transcription, the report is still written: the
+              student's row is missing and the summary names the kernel.
+
+The report leads with the student's verdict (glm_asr_common/verdict.py): on a real checkpoint the
+transcript's status, on random weights (the tiny checkpoint, --random-weights) whether the ids equal
+transformers' in IEEE fp32.
 
 The report (Markdown and JSON, plus a roofline plot when matplotlib is installed) follows the course
 rubric: implementation summary, profiling, bottleneck analysis, optimisation attempts (the student
@@ -29,13 +35,13 @@ import importlib.util
 import io
 import json
 import statistics
-import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from . import roofline, self_check, teaching
+from .cli import time_runs
 from .errors import UserError
 from .runtime import REPO_ROOT, import_track, track_folders, track_paths
 
@@ -70,23 +76,10 @@ def kernel_rows(folder: str) -> list[dict]:
     return rows
 
 
-def _sync(device: str):
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_model(model, inputs, args, device: str) -> tuple[list[float], list[int]]:
-    """--warmup untimed and --runs timed transcriptions (ms), and the last run's ids."""
-    for _ in range(args.warmup):
-        model.generate(inputs, args.max_new_tokens, args.min_new_tokens)
-    runs, tokens = [], []
-    for _ in range(args.runs):
-        _sync(device)
-        start = time.perf_counter()
-        tokens = model.generate(inputs, args.max_new_tokens, args.min_new_tokens)[0]
-        _sync(device)
-        runs.append((time.perf_counter() - start) * 1000)
-    return runs, tokens
+def unfinished_run(todo: teaching.KernelTodo) -> dict:
+    """benchmark_student's result for a transcription that a TODO kernel stopped: no runs, no ids."""
+    return {"runs_ms": [], "token_ids": [], "transcription": None, "status": "NOT RUN",
+            "verdict": f"not run: {todo}", "unwritten_kernel": todo.kernel}
 
 
 def e2e_row(label: str, what: str, runs: list[float], tokens: list[int]) -> dict:
@@ -112,7 +105,7 @@ def measure_others(session, args, solution: str, log=print) -> list[dict]:
         log(f"[compare] {solution} {path} path: loading and timing")
         model = module.load_model(ckpt.config, ckpt.weights, device, session.precision)
         label = "course baseline" if path == "course" else "fast path"
-        rows.append(e2e_row(label, f"{solution} ({path} path)", *time_model(model, session.inputs, args, device)))
+        rows.append(e2e_row(label, f"{solution} ({path} path)", *time_runs(model, session.inputs, args, device)))
         del model
         _release(device)
     if importlib.util.find_spec("transformers") is None:
@@ -123,7 +116,7 @@ def measure_others(session, args, solution: str, log=print) -> list[dict]:
     log("[compare] transformers: loading and timing")
     model = HFTrack(raw_config(args), ckpt.weights, ckpt.config, device, session.precision)
     rows.append(e2e_row("transformers", "GlmAsrForConditionalGeneration (sdpa)",
-                        *time_model(model, session.inputs, args, device)))
+                        *time_runs(model, session.inputs, args, device, streams_tokens=False)))
     del model
     _release(device)
     return rows
@@ -160,7 +153,8 @@ def pair_kernel_rows(student: list[dict], solution: list[dict]) -> list[dict]:
 
 
 def compare(session, args, student: dict, log=print) -> dict:
-    """Measure everything and write the report; returns the report's dict."""
+    """Measure everything; returns the report's dict. ``student``: benchmark_student's result (or
+    unfinished_run's)."""
     folder = session.folder.rstrip("/").split("/")[-1]
     solution = solution_folder(folder, getattr(args, "solution", None))
     log(f"[compare] kernel self-checks: {folder} against {solution}")
@@ -173,7 +167,8 @@ def compare(session, args, student: dict, log=print) -> dict:
         solution_kernels = kernel_rows(solution)
     finally:
         teaching.ALLOWED_REFERENCES.update(allowed)
-    rows = [e2e_row("student", f"{folder} ({session.path} path)", student["runs_ms"], student["token_ids"])]
+    rows = [e2e_row("student", f"{folder} ({session.path} path)", student["runs_ms"], student["token_ids"])
+            ] if student["runs_ms"] else []
     rows += measure_others(session, args, solution, log)
     reference = next((r for r in rows if r["label"] == "transformers"),
                      next((r for r in rows if r["label"] == "course baseline"), None))
@@ -187,8 +182,12 @@ def compare(session, args, student: dict, log=print) -> dict:
     report = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"), "folder": folder, "path": session.path,
         "solution": solution, "device": roofline.device_name(session.device), "precision": session.precision.name,
-        "precision_description": session.precision.description, "model": session.checkpoint.description,
-        "audio_seconds": session.audio_seconds, "status": student["status"], "transcription": student["transcription"],
+        "precision_description": session.precision_description, "model": session.checkpoint.description,
+        "audio_seconds": session.audio_seconds, "cpu_defaults": session.cpu_defaults, "status": student["status"],
+        "verdict": student["verdict"], "transcription": student["transcription"],
+        "unwritten_kernel": student.get("unwritten_kernel"),
+        "ids_equal_transformers_fp32": student.get("ids_equal_transformers_fp32"),
+        "first_difference_at_token": student.get("first_difference_at_token"),
         "reference_label": None if reference is None else reference["label"],
         "substituted_kernels": teaching.substituted(), "student_kernels": list(kernels),
         "kernels": pair_kernel_rows(student_kernels, solution_kernels), "end_to_end": rows,
@@ -261,6 +260,10 @@ def bottlenecks(report: dict) -> list[str]:
     for r in slow:
         notes.append(f"`{r['kernel']}` ({r['shape']}) takes {r['time_ratio']:.2f}x the solution's time.")
     rows = {r["label"]: r for r in report["end_to_end"]}
+    if "student" not in rows:
+        notes.append(f"No end-to-end numbers of yours: the transcription stopped at `{report['unwritten_kernel']}`, "
+                     "a TODO; write it, or stand it in with --allow-reference to time the rest.")
+        return notes
     mine = rows["student"]
     peaks = report["peaks"]
     notes.append(f"The whole transcription reaches {mine['floor_fraction'] * 100:.2g} % of its roofline floor "
@@ -276,23 +279,37 @@ def bottlenecks(report: dict) -> list[str]:
     return notes
 
 
+def headline(report: dict) -> str:
+    """The end-to-end verdict the report leads with (glm_asr_common/verdict.py)."""
+    return f"End to end ({report['path']} path): {report['verdict']}"
+
+
+def kernel_counts(report: dict) -> str:
+    """How many of the student's course kernels pass (every case), fail (a case), are TODO or stood in for."""
+    per_kernel = kernel_status([r for r in report["kernels"] if r["kernel"] in report["student_kernels"]])
+    counts = {s: sum(v == s for v in per_kernel.values()) for s in ("PASS", "FAIL", "TODO", "REF")}
+    return (f"Course kernels (every case of their self-checks): {counts['PASS']} pass, {counts['FAIL']} fail, "
+            f"{counts['TODO']} to write, {counts['REF']} on the example's kernel.")
+
+
 def markdown(report: dict, plot: str | None) -> str:
     kernels = report["kernels"]
-    per_kernel = kernel_status([r for r in kernels if r["kernel"] in report["student_kernels"]])
-    counts = {s: sum(v == s for v in per_kernel.values()) for s in ("PASS", "FAIL", "TODO", "REF")}
     on_gpu = any(r.get("on_gpu") for r in kernels)
     where = "GPU: median times" if on_gpu else "CPU: one call each in the interpreter or emulator, not kernel times"
+    transcript = ("" if report["transcription"] is None else
+                  f" Status: {report['status']}; transcription: \"{report['transcription']}\".")
     parts = [
         f"# Kernel report: {report['folder']}",
         "",
         f"{report['date']} · {report['device']} · precision {report['precision']} ({report['precision_description']})"
-        f" · {report['model']} · {report['audio_seconds']:.1f} s of audio · graded against {report['solution']}",
+        f" · {report['model']} · {report['audio_seconds']:.1f} s of audio · graded against {report['solution']}"
+        + (f" · {report['cpu_defaults']}" if report["cpu_defaults"] else ""),
         "",
         "## 1. Implementation summary",
         "",
-        f"Course kernels (every case of their self-checks): {counts['PASS']} pass, {counts['FAIL']} fail, "
-        f"{counts['TODO']} to write, {counts['REF']} on the example's kernel. End to end ({report['path']} path): "
-        f"**{report['status']}**; transcription: \"{report['transcription']}\".",
+        f"**{headline(report)}**",
+        "",
+        kernel_counts(report) + transcript,
         "",
         "## 2. Profiling",
         "",
@@ -374,6 +391,9 @@ def print_summary(report: dict):
     print("=" * 60)
     print(f"COMPARISON: {report['folder']} against {report['solution']}")
     print("=" * 60)
+    print(headline(report))
+    print(kernel_counts(report))
+    print()
     print(f"{'kernel':24} {'status':6} {'error / limit':>22} {'time':>10} {'solution':>10} {'ratio':>6}  guards against")
     for r in report["kernels"]:
         ratio = "" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"

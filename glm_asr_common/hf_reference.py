@@ -1,8 +1,6 @@
 """transformers' GlmAsrForConditionalGeneration on a track's canonical weights: the reference every
 report times and compares against (benchmark_detailed.py --baseline hf, benchmark.sh --compare)."""
 
-import json
-
 import torch
 
 from .precision import torch_matmul_precision
@@ -10,15 +8,15 @@ from .precision import torch_matmul_precision
 
 def raw_config(args) -> dict:
     """config.json of --model (or transformers' defaults for --random-weights without one)."""
-    from glm_asr_common.checkpoint import default_config_dict, resolve_model_dir
+    from glm_asr_common.checkpoint import default_config_dict, read_raw_config, resolve_model_dir
     from glm_asr_common.runtime import _local_dir
 
     if args.random_weights:
         local = _local_dir(args.model)
         if local is not None and (local / "config.json").is_file():
-            return json.loads((local / "config.json").read_text())
+            return read_raw_config(local)
         return default_config_dict()
-    return json.loads((resolve_model_dir(args.model, need_weights=False) / "config.json").read_text())
+    return read_raw_config(resolve_model_dir(args.model, need_weights=False))
 
 
 class HFTrack:

@@ -6,6 +6,10 @@
     fp32   IEEE fp32 throughout, no TF32 anywhere: the precision whose results are comparable, token
            for token, with transformers' fp32 model (run with TF32 off).
 
+tf32 is the default on a GPU, fp32 on a CPU: a CPU has no tensor cores, and there the Triton
+interpreter, PyTorch and NumPy multiply fp32 in IEEE whatever was asked (the cuTile emulator alone
+rounds operands to TF32, as the tensor cores would).
+
 A kernel that multiplies fp32 tiles receives ``Precision.dot`` ("tf32" or "ieee") as a compile-time
 argument, so one process can hold models of different precisions side by side (the demo does).
 """
@@ -38,7 +42,7 @@ PRECISIONS = {
     "tf32": Precision("tf32", torch.float32, "tf32", "fp32 weights and activations, TF32 tensor-core matmuls"),
     "fp32": Precision("fp32", torch.float32, "ieee", "IEEE fp32 throughout, comparable with transformers' fp32"),
 }
-DEFAULT_PRECISION = "tf32"
+DEFAULT_PRECISION = {"cuda": "tf32", "cpu": "fp32"}  # by device: see the module docstring
 # --dtype, kept for scripts written before --precision: the storage dtype names the precision.
 DTYPE_ALIASES = {"float32": "tf32", "bfloat16": "bf16"}
 
@@ -52,14 +56,15 @@ def get_precision(precision: "Precision | str") -> Precision:
     raise UserError(f"unknown precision {precision!r}; choose one of: {', '.join(PRECISIONS)}")
 
 
-def from_options(precision: str | None, dtype: str | None) -> Precision:
-    """The precision asked for by --precision and/or the older --dtype; both given must agree."""
+def from_options(precision: str | None, dtype: str | None, device: str) -> Precision:
+    """The precision asked for by --precision and/or the older --dtype (both given must agree), else
+    the device's default."""
     if dtype is not None and precision is not None and DTYPE_ALIASES[dtype] != precision and not (
             dtype == "float32" and precision == "fp32"):
         raise UserError(f"--dtype {dtype} and --precision {precision} disagree; give --precision alone")
     if precision is not None:
         return PRECISIONS[precision]
-    return PRECISIONS[DTYPE_ALIASES[dtype] if dtype is not None else DEFAULT_PRECISION]
+    return PRECISIONS[DTYPE_ALIASES[dtype] if dtype is not None else DEFAULT_PRECISION[device]]
 
 
 @contextmanager

@@ -89,6 +89,9 @@ class Checkpoint:
     weights: dict[str, torch.Tensor]
     processor: object | None  # transformers GlmAsrProcessor, or None (synthetic prompt, no text)
     description: str
+    # Seeded random weights (--random-weights) or a checkpoint this project built (tiny_checkpoint.py
+    # marks it): meaningless text, no transcript to check against.
+    random_weights: bool
 
 
 def _local_dir(model: str) -> Path | None:
@@ -109,13 +112,14 @@ def open_checkpoint(model: str, dtype: torch.dtype, *, random_weights: bool = Fa
                     device: str = "cpu") -> Checkpoint:
     if not random_weights:
         model_dir = ckpt.resolve_model_dir(model)
-        cfg = ckpt.read_config(model_dir)
+        raw = ckpt.read_raw_config(model_dir)
+        cfg = ModelConfig.from_dict(raw)
         weights = ckpt.load_weights(model_dir, cfg, dtype)
-        return Checkpoint(cfg, weights, load_processor(model_dir), str(model_dir))
+        return Checkpoint(cfg, weights, load_processor(model_dir), str(model_dir), ckpt.marked_random(raw))
     model_dir = _local_dir(model)
     if model_dir is not None and (model_dir / "config.json").is_file():
         cfg, source = ckpt.read_config(model_dir), f"config of {model_dir}"
     else:
         cfg, source = ModelConfig.from_dict(ckpt.default_config_dict()), "transformers' default GlmAsrConfig"
     weights = ckpt.random_weights(cfg, dtype, seed=seed, device=device)
-    return Checkpoint(cfg, weights, load_processor(model_dir), f"random weights (seed {seed}), {source}")
+    return Checkpoint(cfg, weights, load_processor(model_dir), f"random weights (seed {seed}), {source}", True)

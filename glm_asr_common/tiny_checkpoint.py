@@ -6,8 +6,10 @@ on-disk layout (config.json, safetensors key names, processor files) that a real
 ``zai-org/GLM-ASR-Nano-2512`` download has, only tiny (two 64-wide layers per stack, a byte-level BPE
 vocabulary of about 400 tokens trained here) and random. The weights are re-initialised with a
 seeded generator at a scale that makes greedy decoding non-degenerate (varied tokens, clear top-1
-margins); the text it decodes is meaningless. The clips are the repository's test_audio.wav in other
-rates, channel counts and lengths.
+margins); the text it decodes is meaningless, and config.json says so (the key
+``glm_asr_common.checkpoint.RANDOM_WEIGHTS_MARK``): runs on it check their ids against
+transformers', not a transcript. The clips are the repository's test_audio.wav in other rates,
+channel counts and lengths.
 
     from glm_asr_common.tiny_checkpoint import build_tiny_checkpoint, cached_tiny_checkpoint, make_clips
     ckpt = build_tiny_checkpoint(tmp / "ckpt", sharded=True, storage_dtype="bfloat16")
@@ -297,6 +299,8 @@ def _build(out, sharded, storage_dtype, tie_word_embeddings, seed, audio, text) 
     import torch
     from transformers import AutoProcessor, GlmAsrForConditionalGeneration, GlmAsrProcessor
 
+    from .checkpoint import RANDOM_WEIGHTS_MARK
+
     if storage_dtype not in _DTYPES:
         raise ValueError(f"storage_dtype must be one of {sorted(_DTYPES)}, got {storage_dtype!r}")
     dtype = getattr(torch, storage_dtype)
@@ -317,6 +321,8 @@ def _build(out, sharded, storage_dtype, tie_word_embeddings, seed, audio, text) 
     model.generation_config.pad_token_id = config.text_config.pad_token_id
     model.generation_config.eos_token_id = list(config.text_config.eos_token_id)
     model.generation_config.bos_token_id = None
+    setattr(model.config, RANDOM_WEIGHTS_MARK, f"tiny random weights (seed {seed}) written by "
+                                               "glm_asr_common/tiny_checkpoint.py: the text they decode is meaningless")
 
     save_kwargs = {"safe_serialization": True}
     if sharded:

@@ -93,8 +93,11 @@ def one_line_error(app) -> str:
 def test_page_opens_offline_ready_with_the_test_clip():
     app = AppTest.from_file(DEMO, default_timeout=60).run()
     assert not app.exception and not app.error
-    if not torch.cuda.is_available():  # the choice that works without a download
+    if not torch.cuda.is_available():  # the choices that work, and finish, without a download or a GPU
         assert app.selectbox(key="checkpoint").value == TINY and "meaningless" in app.warning[0].value
+        assert app.slider(key="max_new_tokens").value == 5 and app.radio(key="precision").value == "fp32"
+        assert any("CPU defaults: 5 new tokens, no warm-up; move “Max new tokens” in the sidebar to change." in c.value
+                   for c in app.caption)
     assert any(c.value.startswith("test_audio.wav: 16-bit WAV, 16 kHz, mono, 3.5 s, peak ") for c in app.caption)
     assert app.button(key="transcribe").label == "Transcribe"
 

@@ -1,12 +1,16 @@
 """The grader's comparison, ``./benchmark.sh FOLDER --compare``: its numbers follow the student's kernels.
 
 A "student" folder is the template filled with the example's kernels, one of them then broken (GELU
-computed as the identity). Compared against the example on the tiny checkpoint, the report must show
-that kernel FAIL with its error, every other course kernel PASS, the end-to-end rows of the student,
-the course baseline, the fast path and transformers on the same inputs (the baseline's ids equal to
-transformers' in IEEE fp32), and the five sections of the course rubric, in Markdown and JSON.
+computed as the identity). Compared against the example on the tiny checkpoint, the report must lead
+with the verdict on these random weights (the student's ids differ from transformers' IEEE fp32 ids,
+at a named token; exit 1), show that kernel FAIL with its error, every other course kernel PASS, the
+end-to-end rows of the student, the course baseline, the fast path and transformers on the same
+inputs (the baseline's ids equal to transformers' in IEEE fp32), and the five sections of the course
+rubric, in Markdown and JSON. The unfinished template still gets its report: TODO rows counted, the
+end-to-end verdict naming the TODO kernel that stopped it, exit 2.
 """
 
+import importlib
 import json
 import shutil
 import sys
@@ -58,9 +62,15 @@ def test_compare_report_follows_the_students_kernels(student_folder, tiny_ckpt, 
     with pytest.raises(SystemExit) as exit_info:
         run_cli(benchmark_student.main, argv)
     out, err = capsys.readouterr()
-    assert exit_info.value.code == 0, out + err
+    assert exit_info.value.code == 1, out + err  # random weights, IEEE fp32: the ids decide, and they differ
     report = json.loads((report_dir / "report.json").read_text())
     assert report["folder"] == student_folder and report["solution"] == "glm_asr_triton_example"
+    assert report["status"] == "NOT CHECKED (random weights)" and report["ids_equal_transformers_fp32"] is False
+    k = report["first_difference_at_token"]
+    assert 1 <= k <= 3 and report["verdict"].startswith(f"ids equal transformers' fp32: no (first difference at token {k}: ")
+    assert f"Status: NOT CHECKED (random weights)\n{report['verdict']}\n" in out
+    assert f"End to end (course path): {report['verdict']}\nCourse kernels (their own self-check rows): 9 pass, 1 fail, " \
+           "0 to write, 0 on the example's kernel." in out
 
     rows = {}  # every case of a kernel, in the table's order
     for r in report["kernels"]:
@@ -83,9 +93,12 @@ def test_compare_report_follows_the_students_kernels(student_folder, tiny_ckpt, 
         assert row["tokens"] == 3 and row["mean_ms"] > 0 and 0 < row["floor_fraction"] < 1
         assert row["flops"] > 0 and row["bytes"] > 0
 
+    assert e2e["student"]["ids_equal_reference"] is False
     markdown = (report_dir / "report.md").read_text()
     positions = [markdown.index(section) for section in RUBRIC]
     assert positions == sorted(positions)
+    assert markdown.split("## 1. Implementation summary\n\n")[1].startswith(
+        f"**End to end (course path): {report['verdict']}**\n\nCourse kernels (their own self-check rows): 9 pass, 1 fail")
     assert f"| layers.py | `{BROKEN}` |" in markdown and "| FAIL |" in markdown
     assert f"Wrong results (fix these first): {BROKEN}" in markdown
     assert f"COMPARISON: {STUDENT} against glm_asr_triton_example" in out
@@ -108,3 +121,48 @@ def test_compare_rejects_an_unknown_solution(tiny_ckpt, capsys):
                                          "--model", str(tiny_ckpt)])
     _, err = capsys.readouterr()
     assert exit_info.value.code == 2 and err.startswith("error: --solution nowhere: not a model folder")
+
+
+def test_compare_of_right_kernels_leads_with_equal_ids(tiny_ckpt, tmp_path, capsys):
+    """Every course kernel right (the example graded against itself): no transcript FAIL on random
+    weights, the report leads with the ids verdict beside the ten passing kernels, exit 0."""
+    import benchmark_student
+
+    report_dir = tmp_path / "report"
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(benchmark_student.main, ["glm_asr_triton_example", "--path", "course", "--compare", "--report",
+                                         str(report_dir), "--model", str(tiny_ckpt), "--device", "cpu",
+                                         "--min-new-tokens", "3", "--max-new-tokens", "3"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 0, out + err
+    summary = "**End to end (course path): ids equal transformers' fp32: yes (3 tokens)**\n\nCourse kernels (their " \
+              "own self-check rows): 10 pass, 0 fail, 0 to write, 0 on the example's kernel."
+    assert summary in (report_dir / "report.md").read_text()
+    assert "FAIL" not in out
+
+
+def test_compare_on_the_unfinished_template_still_writes_its_report(tiny_ckpt, tmp_path, capsys):
+    import benchmark_student
+    from glm_asr_common.teaching import TodoKernel
+
+    todo = [k for k in STUDENT_KERNELS if any(isinstance(getattr(importlib.import_module(f"glm_asr_triton_template.{m}"),
+                                                                 k, None), TodoKernel) for m in ("layers", "attention", "rope"))]
+    if not todo:
+        pytest.skip("every template kernel is written")
+    report_dir = tmp_path / "report"
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(benchmark_student.main, ["glm_asr_triton_template", "--compare", "--report", str(report_dir),
+                                         "--model", str(tiny_ckpt), "--device", "cpu", "--max-new-tokens", "2"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and " is a TODO: write it" in lines[0] and "Traceback" not in err, err
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["status"] == "NOT RUN" and report["unwritten_kernel"] in todo
+    assert report["verdict"] == f"not run: {lines[0].removeprefix('error: ')}"
+    assert [r["label"] for r in report["end_to_end"]] == ["course baseline", "fast path", "transformers"]
+    markdown = (report_dir / "report.md").read_text()
+    assert f"**End to end (course path): {report['verdict']}**" in markdown
+    assert f"{len(todo)} to write" in markdown and markdown.count("| TODO |") >= len(todo)
+    assert f"No end-to-end numbers of yours: the transcription stopped at `{report['unwritten_kernel']}`" in markdown
+    assert f"Report: {report_dir / 'report.md'}" in out

@@ -180,7 +180,7 @@ def test_template_allow_reference_all_end_to_end(tiny_ckpt, clips, tmp_path, cap
     assert len(status) == 1
     if data["substituted_kernels"]:
         names = ", ".join(data["substituted_kernels"])
-        assert status[0] == f"Status: NOT CHECKED (no expected transcription given) (reference kernels: {names})"
+        assert status[0] == f"Status: NOT CHECKED (random weights) (reference kernels: {names})"
         assert f"Reference kernels: {len(data['substituted_kernels'])} of the example's kernels" in out
 
 
