@@ -10,11 +10,11 @@
 
 Measurements, in this order, all after --warmup untimed transcriptions (compilation never counted):
   1. end to end: --runs transcriptions, synchronised (CUDA events on a GPU): median, quartiles, min/max;
-  2. components: --runs transcriptions with region timers (glm_asr_common.profiling.RegionTimer: a CUDA
+  2. components: --runs transcriptions with region timers (glm_asr_common.measure.profiling.RegionTimer: a CUDA
      event at every region entry/exit): encoder, projector, prefill, decode steps, per layer;
   3. operators: one transcription under torch.profiler, read from its Chrome trace; every kernel
      attributed to its innermost region (on a CPU: every torch op's self time), grouped per phase and
-     kernel name, with FLOPs and bytes of the logical operations (glm_asr_common.roofline) and a
+     kernel name, with FLOPs and bytes of the logical operations (glm_asr_common.measure.roofline) and a
      roofline verdict against measured peaks;
   4. a track that replays CUDA graphs (model.use_cuda_graph: the decode step, maybe the whole prompt
      phase) is measured again with the graphs off: the per-layer split (no region runs inside a
@@ -40,21 +40,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from glm_asr_common import roofline
-from glm_asr_common.cli import (ArgumentParser, add_common_args, check_json_path, open_session, positive_int,
+from glm_asr_common.measure import roofline
+from glm_asr_common.tools.command_line import (ArgumentParser, add_common_args, check_json_path, open_session, positive_int,
                                 resolve_device, settle_run_options, write_json)
 from glm_asr_common.errors import UserError, run_cli
-from glm_asr_common.frontend import decode as decode_text
-from glm_asr_common.hf_reference import HFTrack, raw_config
-from glm_asr_common.precision import from_options, get_precision
-from glm_asr_common.profiling import (aggregate, component_of, profile_run, quartiles, split_graph_replays, summarize,
+from glm_asr_common.model.frontend import decode as decode_text
+from glm_asr_common.reference.hf_model import HFTrack, raw_config
+from glm_asr_common.model.precision import from_options, get_precision
+from glm_asr_common.measure.profiling import (aggregate, component_of, profile_run, quartiles, split_graph_replays, summarize,
                                       timed_run)
-from glm_asr_common.runtime import REPO_ROOT, resolve_path, track_folders, track_paths
+from glm_asr_common.tools.tracks import REPO_ROOT, resolve_path, track_folders, track_paths
 
 PHASE_LABEL = {"encoder": "encoder", "projector": "projector", "prefill": "prefill", "decode": "decode",
                "outside": "outside"}
 FOOTER = (
-    "How to read this: AI = useful FLOPs per byte of minimum memory traffic (glm_asr_common/roofline.py);\n"
+    "How to read this: AI = useful FLOPs per byte of minimum memory traffic (glm_asr_common/measure/roofline.py);\n"
     "below the ridge point (peak FLOP/s / peak bandwidth = {ridge:.0f} FLOP/B) the best a kernel can be is\n"
     "memory-bound, above it compute-bound; latency-bound = under 10% of both peaks with short launches.\n"
     "%roof = achieved / attainable at that AI. '~' = the class's useful work split over its kernels by time;\n"
@@ -129,7 +129,7 @@ def release(device: str):
 
 def open_hf_session(args, like):
     """A Session-like object for transformers with the same checkpoint, inputs and device as ``like``."""
-    from glm_asr_common.cli import Session
+    from glm_asr_common.tools.command_line import Session
 
     start = time.perf_counter()
     ckpt = like.checkpoint  # the very same canonical weights the folder was measured with
@@ -829,8 +829,8 @@ def write_plots(out_dir: str, reports: list[dict], peaks) -> list[str]:
 
 
 def model_config(args):
-    from glm_asr_common.checkpoint import read_config, resolve_model_dir
-    from glm_asr_common.config import ModelConfig
+    from glm_asr_common.model.checkpoint import read_config, resolve_model_dir
+    from glm_asr_common.model.config import ModelConfig
 
     if args.random_weights:
         return ModelConfig.from_dict(raw_config(args))
@@ -839,8 +839,8 @@ def model_config(args):
 
 def default_seq_len(args, cfg) -> int:
     """The prompt length the audio gives: 3 text ids + one per audio token + 12 text ids."""
-    from glm_asr_common.audio import load_audio
-    from glm_asr_common.frontend import SYNTHETIC_PREFIX_LEN, SYNTHETIC_SUFFIX_LEN, audio_tokens_of
+    from glm_asr_common.model.audio import load_audio
+    from glm_asr_common.model.frontend import SYNTHETIC_PREFIX_LEN, SYNTHETIC_SUFFIX_LEN, audio_tokens_of
 
     tokens = int(audio_tokens_of(len(load_audio(args.audio)), cfg).sum())
     return tokens + SYNTHETIC_PREFIX_LEN + SYNTHETIC_SUFFIX_LEN

@@ -9,13 +9,13 @@ after --warmup untimed runs; model load and feature extraction are reported on t
 CPU, where the kernels run in the Triton interpreter or the cuTile emulator, the defaults are 5 new
 tokens, no warm-up and 1 run (the header says so) and each run counts its tokens as they come.
 A real checkpoint is checked by its transcript. Random weights (--random-weights, or a checkpoint this
-project built, such as python -m glm_asr_common.tiny_checkpoint DIR) have none: the status reads NOT
+project built, such as python -m glm_asr_common.reference.tiny_checkpoint DIR) have none: the status reads NOT
 CHECKED (random weights) and the check is whether the ids equal transformers' in IEEE fp32 on the same
-checkpoint, inputs and token limits (glm_asr_common/verdict.py); only an --precision fp32 run (the CPU
+checkpoint, inputs and token limits (glm_asr_common/tools/verdict.py); only an --precision fp32 run (the CPU
 default) is held to it, bf16 and tf32 round and are shown the line for information.
 --compare also runs every course kernel's self-check in the folder and in the solution (the example),
 times the solution's course and fast paths and transformers on the same inputs, and writes a report
-(Markdown, JSON, roofline plot; glm_asr_common/grading.py) to --report (default reports/FOLDER).
+(Markdown, JSON, roofline plot; glm_asr_common/tools/compare_report.py) to --report (default reports/FOLDER).
 Exit codes: 0 PASS, not checked, or random weights whose ids equal transformers' fp32; 1 transcription
 mismatch, or an fp32 run on random weights whose ids differ; 2 bad input, or in a template a TODO
 kernel that was launched (--allow-reference KERNEL|all runs the example's kernel in its place; with
@@ -25,13 +25,14 @@ kernel that was launched (--allow-reference KERNEL|all runs the example's kernel
 import statistics
 from pathlib import Path
 
-from glm_asr_common import grading, teaching
-from glm_asr_common.cli import ArgumentParser, add_common_args, load_track_model, prepare_session, time_runs, write_json
+from glm_asr_common.tools import compare_report
+from glm_asr_common.course import todo_kernels
+from glm_asr_common.tools.command_line import ArgumentParser, add_common_args, load_track_model, prepare_session, time_runs, write_json
 from glm_asr_common.errors import UserError, run_cli
-from glm_asr_common.frontend import decode
-from glm_asr_common.runtime import track_folders
-from glm_asr_common.scoring import accuracy
-from glm_asr_common.verdict import judge
+from glm_asr_common.model.frontend import decode
+from glm_asr_common.tools.tracks import track_folders
+from glm_asr_common.reference.scoring import accuracy
+from glm_asr_common.tools.verdict import judge
 
 
 def main(argv) -> int:
@@ -53,23 +54,23 @@ def main(argv) -> int:
         raise UserError("--report and --solution go with --compare")
     report_dir = args.report or str(Path("reports") / Path(args.folder.rstrip("/")).name)
     if args.compare:
-        grading.solution_folder(Path(args.folder.rstrip("/")).name, args.solution)
+        compare_report.solution_folder(Path(args.folder.rstrip("/")).name, args.solution)
         if args.report and not Path(report_dir).resolve().parent.is_dir():
             raise UserError(f"--report {report_dir}: directory {Path(report_dir).resolve().parent} does not exist")
     session = prepare_session(args, args.folder)
     try:
         load_track_model(session)
         runs, tokens = time_runs(session.model, session.inputs, args, session.device)
-    except teaching.KernelTodo as todo:
+    except todo_kernels.KernelTodo as todo:
         if args.compare:  # the report still has every self-check row, the TODO ones counted
-            write_report(grading.compare(session, args, grading.unfinished_run(todo)), report_dir)
+            write_report(compare_report.compare(session, args, compare_report.unfinished_run(todo)), report_dir)
         raise
 
     mean = statistics.fmean(runs)
     std = statistics.stdev(runs) if len(runs) > 1 else 0.0
     text = decode(session.checkpoint.processor, tokens)
     verdict = judge(session, args, tokens, text)
-    substituted = teaching.substituted()
+    substituted = todo_kernels.substituted()
 
     print("=" * 60)
     print("RESULTS")
@@ -90,7 +91,7 @@ def main(argv) -> int:
     if verdict.ids_check is not None:
         print(verdict.ids_check.line())
     if args.profile:
-        from glm_asr_common.profiling import print_component_summary
+        from glm_asr_common.measure.profiling import print_component_summary
 
         print_component_summary(session, args)
 
@@ -111,15 +112,15 @@ def main(argv) -> int:
         "ids_check_decides_exit_code": None if ids_check is None else ids_check.decides,
     }
     if args.compare:
-        write_report(grading.compare(session, args, result), report_dir)
+        write_report(compare_report.compare(session, args, result), report_dir)
     if args.json:
         write_json(args.json, result)
     return verdict.code
 
 
 def write_report(report: dict, report_dir: str):
-    grading.print_summary(report)
-    path = grading.write_report(report, report_dir)
+    compare_report.print_summary(report)
+    path = compare_report.write_report(report, report_dir)
     print(f"Report: {path} (with report.json{', roofline.png' if (path.parent / 'roofline.png').is_file() else ''})")
 
 

@@ -5,7 +5,7 @@
 Transcribe mode runs one track (folder and path) and streams the transcript token by token with a
 card of timings; compare mode runs several tracks on the same clip and tables their times and whether
 their ids agree. On a machine without an NVIDIA GPU the kernels run on the CPU: Triton's in its
-interpreter, cuTile's in the emulator (glm_asr_common.runtime picks them). The checkpoint can be the
+interpreter, cuTile's in the emulator (glm_asr_common.tools.tracks picks them). The checkpoint can be the
 real model or random weights built here (tiny, or full size), so the page works offline too.
 """
 
@@ -22,18 +22,18 @@ import numpy as np
 import streamlit as st
 import torch
 
-from glm_asr_common import teaching
-from glm_asr_common.audio import AUDIO_EXTENSIONS, Audio, read_audio
-from glm_asr_common.checkpoint import DEFAULT_MODEL, HubUnavailable, default_config_dict
-from glm_asr_common.cli import (CPU_RUN_DEFAULTS, GPU_RUN_DEFAULTS, INTERPRETED_MAX_PARAMETERS, cpu_kernel_runner,
+from glm_asr_common.course import todo_kernels
+from glm_asr_common.model.audio import AUDIO_EXTENSIONS, Audio, read_audio
+from glm_asr_common.model.checkpoint import DEFAULT_MODEL, HubUnavailable, default_config_dict
+from glm_asr_common.tools.command_line import (CPU_RUN_DEFAULTS, GPU_RUN_DEFAULTS, INTERPRETED_MAX_PARAMETERS, cpu_kernel_runner,
                                  folder_student_kernels, parameter_count)
-from glm_asr_common.config import ModelConfig
+from glm_asr_common.model.config import ModelConfig
 from glm_asr_common.errors import UserError
-from glm_asr_common.frontend import check_audio_length, decode, prepare_inputs
-from glm_asr_common.precision import DEFAULT_PRECISION, PRECISIONS
-from glm_asr_common.runtime import (REPO_ROOT, Checkpoint, import_track, open_checkpoint, path_summary,
+from glm_asr_common.model.frontend import check_audio_length, decode, prepare_inputs
+from glm_asr_common.model.precision import DEFAULT_PRECISION, PRECISIONS
+from glm_asr_common.tools.tracks import (REPO_ROOT, Checkpoint, import_track, open_checkpoint, path_summary,
                                     track_folders, track_paths, use_device)
-from glm_asr_common.tiny_checkpoint import cached_tiny_checkpoint
+from glm_asr_common.reference.tiny_checkpoint import cached_tiny_checkpoint
 
 TEST_CLIP = REPO_ROOT / "test_audio.wav"
 
@@ -87,7 +87,7 @@ def track_label(track: str) -> str:
 
 def page_message(error: UserError) -> str:
     """A UserError in the page's words: errors raised for the command line name its options."""
-    if isinstance(error, teaching.KernelTodo):
+    if isinstance(error, todo_kernels.KernelTodo):
         return (f"{error.kernel} in {error.file} is not written yet (a TODO kernel; see {error.guide}). "
                 f"Tick “{REFERENCE_TOGGLE}” in the sidebar to run the example's kernel in its place meanwhile.")
     if isinstance(error, HubUnavailable):
@@ -203,7 +203,7 @@ def transcribe(track: str, settings: dict, audio: Audio, live=None) -> Run:
     folder = track.split(":")[0]
     kernels = folder_student_kernels(folder)
     allow = "all" if settings["allow_reference"] and is_template(folder) else None
-    teaching.allow_references(allow, kernels, folder)
+    todo_kernels.allow_references(allow, kernels, folder)
     if settings["checkpoint"] in (REAL_MODEL, FULL_RANDOM):  # the real model's sizes: refuse before loading
         check_feasible(track, settings["device"], ModelConfig.from_dict(default_config_dict()))
     if live:
@@ -253,7 +253,7 @@ def transcribe(track: str, settings: dict, audio: Audio, live=None) -> Run:
     run.seconds = time.perf_counter() - start - redraw["seconds"]
     run.ids = list(ids)  # generate's own list: the stopping rules may drop the last streamed id (eos)
     run.text = shown_text(run, checkpoint.processor)
-    run.references = teaching.substituted()
+    run.references = todo_kernels.substituted()
     loaded.runs += 1
     if live:
         live["status"].empty()

@@ -24,7 +24,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/con
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
 
 from ._tile_helpers import cdiv, next_power_of_2  # noqa: E402
 from .layers import linear_tf32  # noqa: E402
@@ -81,7 +81,7 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: in
 
 
 def _self_check():
-    from glm_asr_common.self_check import SelfCheck
+    from glm_asr_common.course.self_check import SelfCheck
 
     check = SelfCheck("conv.py", MODE != "gpu", cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device

@@ -25,7 +25,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fas
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
 
 from ._tile_helpers import cdiv, next_power_of_2  # noqa: E402
 
@@ -268,8 +268,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
 
 def _self_check():
-    from glm_asr_common.self_check import SelfCheck
-    from glm_asr_common.torch_reference import attention as torch_attention
+    from glm_asr_common.course.self_check import SelfCheck
+    from glm_asr_common.reference.torch_ops import attention as torch_attention
 
     check = SelfCheck("fast_attention.py", EMULATED, cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device

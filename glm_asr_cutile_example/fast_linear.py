@@ -29,7 +29,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fas
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
 
 from ._tile_helpers import as_rows, cdiv, erf, next_power_of_2, round_as  # noqa: E402
 
@@ -249,7 +249,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
     x: (..., K) rows with a contiguous last dim; weight: (N, K), nn.Linear layout. accumulate_into:
     (..., N), updated in place and returned (a residual stream). precision: "tf32" or "ieee" for fp32
-    operands (glm_asr_common/precision.py), ignored for bf16. tiles: linear_tiles' choice overridden.
+    operands (glm_asr_common/model/precision.py), ignored for bf16. tiles: linear_tiles' choice overridden.
     """
     return _launch(x, weight, bias, accumulate_into, gelu=gelu, accumulate=accumulate_into is not None,
                    precision=precision, tiles=tiles)
@@ -286,7 +286,7 @@ def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_we
 
 
 def _self_check():
-    from glm_asr_common.self_check import SelfCheck
+    from glm_asr_common.course.self_check import SelfCheck
 
     from .layers import rmsnorm
 

@@ -17,18 +17,18 @@ that saves a round trip through memory or a launch. Read top to bottom:
 
 Kernels: fast_linear.py (GEMM / GEMV), fast_attention.py, fast_rope.py, fast_head.py; shared with the
 course path: layers.layernorm / rmsnorm, rope.rope_tables / apply_rope, glue (embedding, token
-positions, KV-cache write) and conv's unfolding. glm_asr_common.engine.GreedyModel captures the
+positions, KV-cache write) and conv's unfolding. glm_asr_common.model.engine.GreedyModel captures the
 prompt phase and each decode step as CUDA graphs (cuTile launches on the current stream are
 captured) and replays them.
 """
 
 import torch
 
-from glm_asr_common.config import ModelConfig
-from glm_asr_common.cutile_runtime import launch
-from glm_asr_common.engine import GreedyModel
-from glm_asr_common.precision import Precision
-from glm_asr_common.profiling import region
+from glm_asr_common.model.config import ModelConfig
+from glm_asr_common.cutile.runtime import launch
+from glm_asr_common.model.engine import GreedyModel
+from glm_asr_common.model.precision import Precision
+from glm_asr_common.model.regions import region
 
 from ._tile_helpers import cdiv, next_power_of_2
 from .conv import TAPS, conv_unfold_kernel

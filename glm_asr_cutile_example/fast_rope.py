@@ -18,7 +18,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fas
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
 
 from ._tile_helpers import next_power_of_2, round_as  # noqa: E402
 from .fast_linear import RMSNORM, gemv_rows, rms_linear  # noqa: E402
@@ -126,9 +126,9 @@ def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weigh
 
 
 def _self_check():
-    from glm_asr_common.self_check import SelfCheck
+    from glm_asr_common.course.self_check import SelfCheck
 
-    from glm_asr_common.torch_reference import rope as torch_rope, rope_tables as torch_rope_tables
+    from glm_asr_common.reference.torch_ops import rope as torch_rope, rope_tables as torch_rope_tables
 
     check = SelfCheck("fast_rope.py", EMULATED, cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device

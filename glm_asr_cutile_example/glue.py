@@ -29,7 +29,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/glu
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
 
 from ._tile_helpers import ELEMENTWISE_BLOCK, TILE_ELEMENTS, cdiv, next_power_of_2, rows_per_block  # noqa: E402
 
@@ -284,7 +284,7 @@ def argmax_rows(logits: torch.Tensor, banned_ids: torch.Tensor, suppress: torch.
 
 
 def _self_check():
-    from glm_asr_common.self_check import SelfCheck
+    from glm_asr_common.course.self_check import SelfCheck
 
     check = SelfCheck("glue.py", MODE != "gpu", cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device

@@ -15,7 +15,7 @@ attention is one of the kernels of layers.py, attention.py and rope.py. Read top
 The provided glue (glue.py, conv.py) moves data and adds: the conv stem's unfolding (its GEMM is the
 course's linear), the embedding gather, RoPE positions, the KV-cache write, the attention mask,
 residual adds, SwiGLU's product, the argmax. Torch only allocates and makes views.
-glm_asr_common.engine.GreedyModel owns the rest: buffers, the KV cache, CUDA graphs (cuTile launches
+glm_asr_common.model.engine.GreedyModel owns the rest: buffers, the KV cache, CUDA graphs (cuTile launches
 on the current stream are captured: the prompt phase and each decode step are recorded once and
 replayed) and the greedy loop.
 
@@ -26,10 +26,10 @@ accumulates in fp32.
 
 import torch
 
-from glm_asr_common.config import ModelConfig
-from glm_asr_common.engine import GreedyModel
-from glm_asr_common.precision import Precision
-from glm_asr_common.profiling import region
+from glm_asr_common.model.config import ModelConfig
+from glm_asr_common.model.engine import GreedyModel
+from glm_asr_common.model.precision import Precision
+from glm_asr_common.model.regions import region
 
 from .attention import decoder_attention, encoder_attention
 from .conv import conv1d

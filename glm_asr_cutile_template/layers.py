@@ -28,8 +28,8 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_template/la
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
-from glm_asr_common.teaching import student_kernel  # noqa: E402
+from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 
 from ._tile_helpers import (  # noqa: E402
     ELEMENTWISE_BLOCK, as_rows, cdiv, erf, next_power_of_2, round_as, rows_per_block,
@@ -223,8 +223,8 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return y.view(x.shape)
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/kernel_cases.py
-    from glm_asr_common.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
+    from glm_asr_common.course.self_check import main
 
     raise SystemExit(main(__file__))
 

@@ -20,8 +20,8 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_template/ro
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile_runtime import MODE, ct, launch  # noqa: E402
-from glm_asr_common.teaching import student_kernel  # noqa: E402
+from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 
 from ._tile_helpers import cdiv, next_power_of_2, round_as, rows_per_block  # noqa: E402
 
@@ -107,8 +107,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions:
     return x
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/kernel_cases.py
-    from glm_asr_common.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
+    from glm_asr_common.course.self_check import main
 
     raise SystemExit(main(__file__))
 

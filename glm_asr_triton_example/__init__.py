@@ -2,7 +2,7 @@
 
 model.py is the course path: the model on the ten course kernels below plus the provided glue,
 nothing else. The example also has a fast path, fast_model.py on fused production kernels (fast_*.py),
-which the generated template does not copy. glm_asr_common.runtime picks a path by its file.
+which the generated template does not copy. glm_asr_common.tools.tracks picks a path by its file.
 
 ``STUDENT_KERNELS`` lists the course kernels students write, the one list every tool reads
 (utils/make_template.py, ``--allow-reference``, the tests). In the example each of them sits between

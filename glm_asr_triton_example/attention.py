@@ -266,8 +266,8 @@ def decoder_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     return attention_output(probs, v, precision=precision).view(B, Hq, Tq, D)
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/kernel_cases.py
-    from glm_asr_common.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
+    from glm_asr_common.course.self_check import main
 
     raise SystemExit(main(__file__))
 

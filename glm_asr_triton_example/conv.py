@@ -111,7 +111,7 @@ def _conv_config(dtype: torch.dtype) -> tuple[int, int, int, int, int]:
 
 
 def _self_check():
-    from glm_asr_common.self_check import SelfCheck
+    from glm_asr_common.course.self_check import SelfCheck
 
     check = SelfCheck("conv.py", INTERPRET)
     on_gpu, dev = check.on_gpu, check.device

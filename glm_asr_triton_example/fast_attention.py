@@ -397,9 +397,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
 
 def _self_check():
-    from glm_asr_common.self_check import SelfCheck
+    from glm_asr_common.course.self_check import SelfCheck
 
-    from glm_asr_common.torch_reference import attention as torch_attention
+    from glm_asr_common.reference.torch_ops import attention as torch_attention
 
     check = SelfCheck("fast_attention.py", INTERPRET)
     on_gpu, dev = check.on_gpu, check.device

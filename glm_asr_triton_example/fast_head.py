@@ -106,7 +106,7 @@ def greedy_head(
 
 
 def _self_check():
-    from glm_asr_common.self_check import SelfCheck
+    from glm_asr_common.course.self_check import SelfCheck
 
     check = SelfCheck("fast_head.py", INTERPRET)
     on_gpu, device = check.on_gpu, check.device

@@ -506,7 +506,7 @@ def linear(
     weight: (N, K), nn.Linear layout. bias: (N,) or None. activation: None or "gelu" (exact erf).
     residual: (..., N) or None. out: preallocated (..., N) or None.
     rms_norm: (norm_weight, eps) to multiply rmsnorm(x) instead of x (as rmsnorm() would compute it).
-    input_precision: for fp32 inputs "tf32" or "ieee" (glm_asr_common/precision.py); ignored for bf16.
+    input_precision: for fp32 inputs "tf32" or "ieee" (glm_asr_common/model/precision.py); ignored for bf16.
     One row (decode, batch 1) runs gemv_kernel on the CUDA cores, with the RMSNorm fused in; up to
     SKINNY_MAX_M rows a 16-row tensor-core tile with split K; more rows the tiled GEMM.
     """
@@ -555,7 +555,7 @@ def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, inpu
 
 
 def _self_check():
-    from glm_asr_common.self_check import SelfCheck
+    from glm_asr_common.course.self_check import SelfCheck
 
     check = SelfCheck("fast_linear.py", INTERPRET)
     on_gpu, device = check.on_gpu, check.device

@@ -21,10 +21,10 @@ course path: conv.py, glue.py (embedding, RoPE rotation, argmax), layers.rmsnorm
 
 import torch
 
-from glm_asr_common.config import ModelConfig
-from glm_asr_common.engine import GreedyModel
-from glm_asr_common.precision import Precision
-from glm_asr_common.profiling import region
+from glm_asr_common.model.config import ModelConfig
+from glm_asr_common.model.engine import GreedyModel
+from glm_asr_common.model.precision import Precision
+from glm_asr_common.model.regions import region
 
 from .conv import conv1d
 from .fast_attention import decode_attention, flash_attention

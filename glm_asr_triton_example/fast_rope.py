@@ -110,9 +110,9 @@ def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weigh
 
 
 def _self_check():
-    from glm_asr_common.self_check import SelfCheck
+    from glm_asr_common.course.self_check import SelfCheck
 
-    from glm_asr_common.torch_reference import rope as torch_rope, rope_tables as torch_rope_tables
+    from glm_asr_common.reference.torch_ops import rope as torch_rope, rope_tables as torch_rope_tables
 
     check = SelfCheck("fast_rope.py", INTERPRET)
     on_gpu, dev = check.on_gpu, check.device

@@ -14,16 +14,16 @@ ten kernels of layers.py, attention.py and rope.py. Read top to bottom:
 
 The provided glue (glue.py, conv.py) moves data and adds: the conv stem, the embedding gather, RoPE's
 rotation with the KV-cache write, the attention mask, residual adds, SwiGLU's product, the argmax.
-glm_asr_common.engine.GreedyModel owns the rest: buffers, the KV cache, CUDA graphs (the prompt phase
+glm_asr_common.model.engine.GreedyModel owns the rest: buffers, the KV cache, CUDA graphs (the prompt phase
 and each decode step are captured once and replayed, on this path too) and the greedy loop.
 """
 
 import torch
 
-from glm_asr_common.config import ModelConfig
-from glm_asr_common.engine import GreedyModel
-from glm_asr_common.precision import Precision
-from glm_asr_common.profiling import region
+from glm_asr_common.model.config import ModelConfig
+from glm_asr_common.model.engine import GreedyModel
+from glm_asr_common.model.precision import Precision
+from glm_asr_common.model.regions import region
 
 from .attention import decoder_attention, encoder_attention
 from .conv import conv1d

@@ -77,8 +77,8 @@ def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tu
     return cos, sin
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/kernel_cases.py
-    from glm_asr_common.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
+    from glm_asr_common.course.self_check import main
 
     raise SystemExit(main(__file__))
 

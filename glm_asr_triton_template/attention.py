@@ -34,7 +34,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_template/at
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from glm_asr_common.teaching import student_kernel  # noqa: E402
+from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 
 from ._triton_compat import INTERPRET, dot, round_to, rows_per_program, warps_for_row  # noqa: E402
 from .glue import mask_scores  # noqa: E402
@@ -214,8 +214,8 @@ def decoder_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     return attention_output(probs, v, precision=precision).view(B, Hq, Tq, D)
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/kernel_cases.py
-    from glm_asr_common.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
+    from glm_asr_common.course.self_check import main
 
     raise SystemExit(main(__file__))
 

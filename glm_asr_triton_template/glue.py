@@ -476,8 +476,8 @@ def argmax_rows(logits: torch.Tensor, banned_ids: torch.Tensor, suppress: torch.
 
 
 def _self_check():
-    from glm_asr_common.self_check import SelfCheck
-    from glm_asr_common.torch_reference import rope as torch_rope, rope_tables as torch_rope_tables
+    from glm_asr_common.course.self_check import SelfCheck
+    from glm_asr_common.reference.torch_ops import rope as torch_rope, rope_tables as torch_rope_tables
 
     check = SelfCheck("glue.py", INTERPRET)
     on_gpu, dev = check.on_gpu, check.device

@@ -30,7 +30,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_template/la
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from glm_asr_common.teaching import student_kernel  # noqa: E402
+from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 
 from ._triton_compat import INTERPRET, as_rows, round_to, rows_per_program, warps_for_row  # noqa: E402
 
@@ -246,8 +246,8 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return y.view(x.shape)
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/kernel_cases.py
-    from glm_asr_common.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
+    from glm_asr_common.course.self_check import main
 
     raise SystemExit(main(__file__))
 

@@ -22,7 +22,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_template/ro
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from glm_asr_common.teaching import student_kernel  # noqa: E402
+from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 
 from ._triton_compat import INTERPRET  # noqa: E402
 
@@ -60,8 +60,8 @@ def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tu
     return cos, sin
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/kernel_cases.py
-    from glm_asr_common.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
+    from glm_asr_common.course.self_check import main
 
     raise SystemExit(main(__file__))
 

@@ -1,11 +1,11 @@
 # Generated from glm_asr_triton_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
-"""Checkpoint tensors → the layouts this track's kernels read (glm_asr_common.packed_weights): q|k|v and
+"""Checkpoint tensors → the layouts this track's kernels read (glm_asr_common.model.packed_weights): q|k|v and
 gate|up fused into one matrix each; the conv weights stay (C_out, C_in, 3), as conv.py reads them."""
 
 import torch
 
-from glm_asr_common.config import ModelConfig
-from glm_asr_common.packed_weights import Weights, pack_weights
+from glm_asr_common.model.config import ModelConfig
+from glm_asr_common.model.packed_weights import Weights, pack_weights
 
 
 def load_weights(cfg: ModelConfig, weights: dict[str, torch.Tensor], device, dtype) -> Weights:

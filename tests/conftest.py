@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: tiny random GLM-ASR checkpoints and test clips (glm_asr_common.tiny_checkpoint).
+"""Shared pytest fixtures: tiny random GLM-ASR checkpoints and test clips (glm_asr_common.reference.tiny_checkpoint).
 
 All fixtures are session-scoped and written under ``tmp_path_factory``; building
 one takes well under a second once transformers is imported.
@@ -31,7 +31,7 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory) -> pathlib.Path:
     """Unsharded, float32 storage, untied lm_head (own tensor)."""
-    from glm_asr_common.tiny_checkpoint import build_tiny_checkpoint
+    from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt"), sharded=False, storage_dtype="float32",
                                  tie_word_embeddings=False, seed=0)
@@ -40,7 +40,7 @@ def tiny_ckpt(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def tiny_ckpt_sharded_bf16(tmp_path_factory) -> pathlib.Path:
     """Sharded (model.safetensors.index.json + >=3 shards), bfloat16 storage, untied."""
-    from glm_asr_common.tiny_checkpoint import build_tiny_checkpoint
+    from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt_sharded_bf16"), sharded=True,
                                  storage_dtype="bfloat16", tie_word_embeddings=False, seed=0)
@@ -49,7 +49,7 @@ def tiny_ckpt_sharded_bf16(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def tiny_ckpt_tied(tmp_path_factory) -> pathlib.Path:
     """Unsharded, float32 storage, lm_head tied to the embedding (no lm_head tensor on disk)."""
-    from glm_asr_common.tiny_checkpoint import build_tiny_checkpoint
+    from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt_tied"), sharded=False, storage_dtype="float32",
                                  tie_word_embeddings=True, seed=0)
@@ -58,7 +58,7 @@ def tiny_ckpt_tied(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def clips(tmp_path_factory) -> dict[str, pathlib.Path]:
     """{"short": 22.05 kHz stereo PCM_16 (~3.5 s), "long45": 45 s 16 kHz float32, "other": 5 s 16 kHz PCM_16}."""
-    from glm_asr_common.tiny_checkpoint import make_clips
+    from glm_asr_common.reference.tiny_checkpoint import make_clips
 
     return make_clips(tmp_path_factory.mktemp("clips"))
 
@@ -66,7 +66,7 @@ def clips(tmp_path_factory) -> dict[str, pathlib.Path]:
 @pytest.fixture(scope="session")
 def tiny_ckpt_sharded_fp16(tmp_path_factory) -> pathlib.Path:
     """Sharded, float16 storage, untied: the third storage dtype the loader converts."""
-    from glm_asr_common.tiny_checkpoint import build_tiny_checkpoint
+    from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt_sharded_fp16"), sharded=True,
                                  storage_dtype="float16", tie_word_embeddings=False, seed=0)

@@ -3,9 +3,9 @@
 import numpy as np
 import torch
 
-from glm_asr_common.frontend import ASRInputs, prepare_inputs
-from glm_asr_common.precision import get_precision
-from glm_asr_common.runtime import import_track, open_checkpoint
+from glm_asr_common.model.frontend import ASRInputs, prepare_inputs
+from glm_asr_common.model.precision import get_precision
+from glm_asr_common.tools.tracks import import_track, open_checkpoint
 
 _HF_CACHE = {}
 

@@ -1,6 +1,6 @@
 """Typical wrong versions of every course kernel, each a small edit of the example's kernel: what a
 student's first attempt gets wrong. tests/test_planted_bugs.py applies each to a copy of the track
-and requires the kernel's own self-check (glm_asr_common.kernel_cases) to flag it FAIL on a CPU.
+and requires the kernel's own self-check (glm_asr_common.course.kernel_cases) to flag it FAIL on a CPU.
 
 A bug that no CPU check can catch carries ``escapes_on_cpu``: the reason. The test then requires it to
 escape (so that the list stays true) and README lists it.

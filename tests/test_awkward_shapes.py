@@ -14,9 +14,9 @@ The GPU script (utils/gpu_check.sh kernels) runs this file on the GPU too.
 import pytest
 import torch
 
-from glm_asr_common.audio import load_audio
-from glm_asr_common.runtime import REPO_ROOT
-from glm_asr_common.tiny_checkpoint import build_tiny_checkpoint
+from glm_asr_common.model.audio import load_audio
+from glm_asr_common.tools.tracks import REPO_ROOT
+from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint
 from parity import hf_generate, hf_model, inputs_for, track_model
 from tracks import TRACKS
 

@@ -20,8 +20,9 @@ if not torch.cuda.is_available():  # before anything imports triton: its kernels
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import benchmark_detailed  # noqa: E402
-from glm_asr_common import profiling, roofline  # noqa: E402
-from glm_asr_common.config import ModelConfig  # noqa: E402
+from glm_asr_common.measure import profiling
+from glm_asr_common.measure import roofline  # noqa: E402
+from glm_asr_common.model.config import ModelConfig  # noqa: E402
 from glm_asr_common.errors import run_cli  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -157,7 +158,7 @@ REAL = dict(enc_h=1280, enc_i=5120, enc_layers=32, enc_heads=20, enc_d=64, mels=
 
 @pytest.fixture(scope="module")
 def real_cfg():
-    from glm_asr_common.checkpoint import default_config_dict
+    from glm_asr_common.model.checkpoint import default_config_dict
 
     cfg = ModelConfig.from_dict(default_config_dict())
     e, d = cfg.encoder, cfg.decoder
@@ -622,7 +623,8 @@ def test_component_mapping_of_nested_regions():
 
 
 def test_region_timer_splits_a_run():
-    from glm_asr_common.profiling import RegionTimer, region, summarize
+    from glm_asr_common.measure.profiling import RegionTimer, summarize
+    from glm_asr_common.model.regions import region
 
     with RegionTimer("cpu") as timer:
         with region("encoder"):

@@ -155,10 +155,10 @@ def metric(card: str, label: str) -> str:
 
 def reference_text(cache: str) -> str:
     """transformers' greedy transcript of the test clip on the page's tiny checkpoint, in fp32."""
-    from glm_asr_common.audio import load_audio
-    from glm_asr_common.frontend import decode
-    from glm_asr_common.runtime import open_checkpoint
-    from glm_asr_common.tiny_checkpoint import cached_tiny_checkpoint
+    from glm_asr_common.model.audio import load_audio
+    from glm_asr_common.model.frontend import decode
+    from glm_asr_common.tools.tracks import open_checkpoint
+    from glm_asr_common.reference.tiny_checkpoint import cached_tiny_checkpoint
     from parity import hf_generate, hf_model, inputs_for
 
     with pytest.MonkeyPatch.context() as env:

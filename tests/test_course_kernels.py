@@ -1,4 +1,4 @@
-"""The course kernels of both tracks against the one case table (glm_asr_common.kernel_cases), the
+"""The course kernels of both tracks against the one case table (glm_asr_common.course.kernel_cases), the
 table the kernel files' self-checks and the grader run too.
 
 * Every case passes on each example (the solution), and on each real template for the kernels a
@@ -26,8 +26,9 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from glm_asr_common import self_check, teaching  # noqa: E402
-from glm_asr_common.kernel_cases import BF16, CASES, Close, Faithful  # noqa: E402
+from glm_asr_common.course import self_check
+from glm_asr_common.course import todo_kernels  # noqa: E402
+from glm_asr_common.course.kernel_cases import BF16, CASES, Close, Faithful  # noqa: E402
 from cutile_compile_check import toolchain_missing  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,7 +45,7 @@ def track_cases(package: str):
 def run_one(package: str, case, capsys):
     """Run one case as the self-check does; its row."""
     track = self_check.load_track(package)
-    teaching.allow_references(None, track.student_kernels)
+    todo_kernels.allow_references(None, track.student_kernels)
     with self_check.recording_checks():
         check = self_check.SelfCheck(package, track.interpret, cpu_runner=track.cpu_runner)
         if case.model_size and not check.on_gpu:
@@ -191,7 +192,7 @@ def test_a_raising_kernel_is_a_fail_row_and_the_next_case_runs(capsys):
 def test_every_cutile_case_signature_compiles_for_sm_90(tmp_path):
     """The cases' launches, recorded by the emulator in a process of their own, compiled by the real
     cuda.tile for sm_90 (utils/cutile_compile_check.py prints a line per signature as it goes)."""
-    from glm_asr_common.cutile_runtime import MODE
+    from glm_asr_common.cutile.runtime import MODE
 
     if MODE != "emulate":
         pytest.skip("on a GPU the cases compile every signature as they launch")

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from glm_asr_common.audio import load_audio
+from glm_asr_common.model.audio import load_audio
 from glm_asr_common.errors import UserError
-from glm_asr_common.frontend import prepare_inputs
-from glm_asr_common.runtime import import_track, open_checkpoint
-from glm_asr_common.tiny_checkpoint import TEST_AUDIO
+from glm_asr_common.model.frontend import prepare_inputs
+from glm_asr_common.tools.tracks import import_track, open_checkpoint
+from glm_asr_common.reference.tiny_checkpoint import TEST_AUDIO
 from parity import rel_err
 
 cupy_model = import_track("glm_asr_cutile_example", "cupy", "cpu")

@@ -21,9 +21,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from glm_asr_common import cutile_runtime
-from glm_asr_common.audio import load_audio
-from glm_asr_common.cutile_runtime import MODE, recorded_signatures, write_signatures
+from glm_asr_common.cutile import runtime as cutile_runtime
+from glm_asr_common.model.audio import load_audio
+from glm_asr_common.cutile.runtime import MODE, recorded_signatures, write_signatures
 from parity import inputs_for, track_model
 from cutile_compile_check import toolchain_missing
 from test_triton_forward_ops import ALLOWED
@@ -66,9 +66,9 @@ def test_course_path_uses_torch_only_to_allocate_view_and_copy(tiny_ckpt, clips,
 def full_width_model(precision: str):
     """The course model at the real checkpoint's widths (transformers' default GlmAsrConfig: hidden
     1280 / 2048, 20 / 16+4 heads, vocabulary 59 264), one encoder and one decoder layer, random weights."""
-    from glm_asr_common.checkpoint import default_config_dict, random_weights
-    from glm_asr_common.config import ModelConfig
-    from glm_asr_common.precision import get_precision
+    from glm_asr_common.model.checkpoint import default_config_dict, random_weights
+    from glm_asr_common.model.config import ModelConfig
+    from glm_asr_common.model.precision import get_precision
     from glm_asr_cutile_example.model import load_model
 
     cfg = ModelConfig.from_dict(default_config_dict())
@@ -89,8 +89,8 @@ def test_course_path_signatures_compile_for_sm_90(tiny_ckpt, clips, tmp_path, mo
     missing = toolchain_missing()
     if missing:
         pytest.skip(missing)
-    from glm_asr_common import cutile_emulator
-    from glm_asr_common.frontend import prepare_inputs
+    from glm_asr_common.cutile import emulator as cutile_emulator
+    from glm_asr_common.model.frontend import prepare_inputs
 
     emulate_grid = cutile_emulator.launch
     with monkeypatch.context() as patch:

@@ -1,7 +1,7 @@
 """cuTile semantics that the course kernels rely on, checked on small kernels written for the test.
 
-Without a GPU these kernels run in the CPU emulator (glm_asr_common/cutile_emulator.py); on a GPU,
-glm_asr_common.cutile_runtime hands them to the real cuda.tile, so the same assertions check that
+Without a GPU these kernels run in the CPU emulator (glm_asr_common/cutile/emulator.py); on a GPU,
+glm_asr_common.cutile.runtime hands them to the real cuda.tile, so the same assertions check that
 the emulator's semantics are the real ones. Expected values come from torch, computed independently
 of both. Tests about the emulator itself (its error lines, its launch record, what it refuses) run
 in emulation only.
@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from glm_asr_common import cutile_runtime, teaching
-from glm_asr_common.cutile_runtime import MODE, ct, launch
+from glm_asr_common.cutile import runtime as cutile_runtime
+from glm_asr_common.course import todo_kernels
+from glm_asr_common.cutile.runtime import MODE, ct, launch
 
 REPO = Path(__file__).resolve().parent.parent
 DEV = "cuda" if MODE == "gpu" else "cpu"
@@ -447,22 +448,22 @@ def test_launches_are_recorded_for_the_compile_check():
 
 
 def test_launch_resolves_a_template_stand_in():
-    @teaching.student_kernel("gelu_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#gelu_kernel")
+    @todo_kernels.student_kernel("gelu_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#gelu_kernel")
     def gelu_kernel(x, y, BLOCK):
         """doc"""
 
     x = torch.randn(37, device=DEV)
     y = torch.empty_like(x)
-    teaching.allow_references(None, ["gelu_kernel"])
-    with pytest.raises(teaching.KernelTodo, match="gelu_kernel in tests/test_cutile_emulator.py is a TODO"):
+    todo_kernels.allow_references(None, ["gelu_kernel"])
+    with pytest.raises(todo_kernels.KernelTodo, match="gelu_kernel in tests/test_cutile_emulator.py is a TODO"):
         launch((1,), gelu_kernel, x, y, 64)
-    teaching.allow_references("gelu_kernel", ["gelu_kernel"])
+    todo_kernels.allow_references("gelu_kernel", ["gelu_kernel"])
     try:
         launch((1,), gelu_kernel, x, y, 64)
         sync()
-        assert teaching.substituted() == ["gelu_kernel"]
+        assert todo_kernels.substituted() == ["gelu_kernel"]
     finally:
-        teaching.allow_references(None, ["gelu_kernel"])
+        todo_kernels.allow_references(None, ["gelu_kernel"])
     assert torch.allclose(y, torch.nn.functional.gelu(x), rtol=1e-6, atol=1e-6)
 
 
@@ -476,7 +477,7 @@ def test_compile_mode_refuses_launches_in_one_line(monkeypatch):
 
 def test_an_unknown_mode_is_one_error_line():
     env = dict(os.environ, GLM_ASR_CUTILE="fast")
-    result = subprocess.run([sys.executable, "-c", "import glm_asr_common.cutile_runtime"], cwd=REPO, env=env,
+    result = subprocess.run([sys.executable, "-c", "import glm_asr_common.cutile.runtime"], cwd=REPO, env=env,
                             capture_output=True, text=True)
     assert result.returncode != 0
     assert "GLM_ASR_CUTILE='fast': expected one of gpu, emulate, compile" in result.stderr

@@ -16,11 +16,11 @@ import sys
 import pytest
 import torch
 
-from glm_asr_common.cutile_runtime import MODE, recorded_signatures, write_signatures
-from glm_asr_common.runtime import path_summary, resolve_path
-from glm_asr_common.torch_reference import attention as torch_attention
-from glm_asr_common.torch_reference import rope as torch_rope
-from glm_asr_common.torch_reference import rope_tables as torch_rope_tables
+from glm_asr_common.cutile.runtime import MODE, recorded_signatures, write_signatures
+from glm_asr_common.tools.tracks import path_summary, resolve_path
+from glm_asr_common.reference.torch_ops import attention as torch_attention
+from glm_asr_common.reference.torch_ops import rope as torch_rope
+from glm_asr_common.reference.torch_ops import rope_tables as torch_rope_tables
 from glm_asr_cutile_example import fast_attention, fast_head, fast_linear, fast_rope
 from glm_asr_cutile_example.layers import rmsnorm
 from cutile_compile_check import REPO, toolchain_missing

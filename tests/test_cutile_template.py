@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "utils"))
 
 import make_template  # noqa: E402
 
-from glm_asr_common.audio import load_audio  # noqa: E402
+from glm_asr_common.model.audio import load_audio  # noqa: E402
 from glm_asr_common.errors import run_cli  # noqa: E402
 from glm_asr_cutile_example import STUDENT_KERNELS  # noqa: E402
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from glm_asr_common.audio import load_audio
+from glm_asr_common.model.audio import load_audio
 from parity import hf_generate, hf_kwargs, hf_model, inputs_for, track_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "utils"))

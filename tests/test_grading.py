@@ -143,7 +143,7 @@ def test_compare_of_right_kernels_leads_with_equal_ids(tiny_ckpt, tmp_path, caps
 
 def test_compare_on_the_unfinished_template_still_writes_its_report(tiny_ckpt, tmp_path, capsys):
     import benchmark_student
-    from glm_asr_common.teaching import TodoKernel
+    from glm_asr_common.course.todo_kernels import TodoKernel
 
     todo = [k for k in STUDENT_KERNELS if any(isinstance(getattr(importlib.import_module(f"glm_asr_triton_template.{m}"),
                                                                  k, None), TodoKernel) for m in ("layers", "attention", "rope"))]

@@ -2,7 +2,7 @@
 
 Each bug is a small edit of the example's kernel, applied to a fresh copy of the track (the filled
 template under a package name of its own); the copy's self-check cases for that kernel
-(glm_asr_common.kernel_cases, as ``python layers.py KERNEL`` runs them) must report a FAIL row. A
+(glm_asr_common.course.kernel_cases, as ``python layers.py KERNEL`` runs them) must report a FAIL row. A
 bug marked ``escapes_on_cpu`` must pass on a CPU instead, so that README's list of what a laptop
 cannot catch stays true; on a GPU every bug must be caught (``pytest tests/test_planted_bugs.py -k
 escapes`` runs just those there). One bug per track also runs as the student would, as a script,
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from glm_asr_common import self_check
+from glm_asr_common.course import self_check
 from planted_bugs import PLANTED
 
 REPO = Path(__file__).resolve().parent.parent

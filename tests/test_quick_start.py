@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from glm_asr_common.checkpoint import default_config_dict
-from glm_asr_common.cli import INTERPRETED_MAX_PARAMETERS, _refuse_interpreted_full_size, parameter_count
-from glm_asr_common.config import ModelConfig
+from glm_asr_common.model.checkpoint import default_config_dict
+from glm_asr_common.tools.command_line import INTERPRETED_MAX_PARAMETERS, _refuse_interpreted_full_size, parameter_count
+from glm_asr_common.model.config import ModelConfig
 from glm_asr_common.errors import UserError
-from glm_asr_common.runtime import open_checkpoint
+from glm_asr_common.tools.tracks import open_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TINY_ROUTE = ("python -m glm_asr_common.tiny_checkpoint /tmp/tiny && "
+TINY_ROUTE = ("python -m glm_asr_common.reference.tiny_checkpoint /tmp/tiny && "
               "./benchmark.sh glm_asr_triton_example --model /tmp/tiny")
 
 

@@ -1,5 +1,5 @@
 """The cluster tools on a real Slurm: show_tunnel.sh with a running job, utils/slurm/*.sbatch run as
-jobs, and glm_asr_common.slurm's job array with its collect job.
+jobs, and glm_asr_common.tools.slurm's job array with its collect job.
 
 They need a Slurm whose node answers, with a GPU gres: `bash utils/ci/start_slurm.sh` (as root)
 starts a single-node one with a fake GPU on this machine, and .ci/run does so in CI. Without it, and
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from glm_asr_common import slurm
+from glm_asr_common.tools import slurm
 from glm_asr_common.errors import UserError
 from test_slurm_offline import assert_one_error_line, run_show_tunnel
 

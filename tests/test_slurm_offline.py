@@ -1,4 +1,4 @@
-"""The cluster tools where no Slurm runs: show_tunnel.sh's bad input, and glm_asr_common.slurm's
+"""The cluster tools where no Slurm runs: show_tunnel.sh's bad input, and glm_asr_common.tools.slurm's
 tasks files, array scripts and its error without sbatch. tests/test_slurm.py runs them on a real Slurm."""
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from glm_asr_common import slurm
+from glm_asr_common.tools import slurm
 from glm_asr_common.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO / "utils"))
 
 import make_template  # noqa: E402
 
-from glm_asr_common import teaching  # noqa: E402
-from glm_asr_common.audio import load_audio  # noqa: E402
+from glm_asr_common.course import todo_kernels  # noqa: E402
+from glm_asr_common.model.audio import load_audio  # noqa: E402
 from glm_asr_common.errors import run_cli  # noqa: E402
 from glm_asr_triton_example import STUDENT_KERNELS  # noqa: E402
 
@@ -132,7 +132,7 @@ def test_filled_template_greedy_ids_match_transformers(filled_dir, tiny_ckpt, cl
     import importlib
 
     from parity import hf_generate, hf_model, inputs_for
-    from glm_asr_common.runtime import open_checkpoint
+    from glm_asr_common.tools.tracks import open_checkpoint
 
     ckpt = open_checkpoint(str(tiny_ckpt), torch.float32)
     model = importlib.import_module(f"{FILLED}.model").load_model(ckpt.config, ckpt.weights, DEV, "fp32")
@@ -233,7 +233,7 @@ def test_template_without_allow_reference_exits_2_naming_the_todo(tiny_ckpt, cap
 
 
 def test_template_todo_kernel_raises_and_substitutes():
-    from glm_asr_common.teaching import KernelTodo, TodoKernel, student_kernel
+    from glm_asr_common.course.todo_kernels import KernelTodo, TodoKernel, student_kernel
     from glm_asr_common.errors import UserError
 
     @student_kernel("gelu_kernel", reference="glm_asr_triton_example.layers", guide="GUIDE.md#gelu_kernel")
@@ -241,18 +241,18 @@ def test_template_todo_kernel_raises_and_substitutes():
         """doc"""
 
     assert isinstance(gelu_kernel, TodoKernel) and gelu_kernel.__doc__ == "doc"
-    teaching.allow_references(None, STUDENT_KERNELS)
+    todo_kernels.allow_references(None, STUDENT_KERNELS)
     with pytest.raises(KernelTodo) as info:
         gelu_kernel[(1,)]
     assert isinstance(info.value, UserError) and isinstance(info.value, NotImplementedError)
     assert info.value.kernel == "gelu_kernel" and "tests/test_template.py" in str(info.value)
-    teaching.allow_references("gelu_kernel", STUDENT_KERNELS)
+    todo_kernels.allow_references("gelu_kernel", STUDENT_KERNELS)
     x = torch.randn(37, device=DEV)
     y = torch.empty_like(x)
     gelu_kernel[(1,)](x, y, 37, BLOCK_SIZE=64)
-    assert teaching.substituted() == ["gelu_kernel"]
+    assert todo_kernels.substituted() == ["gelu_kernel"]
     assert torch.allclose(y, torch.nn.functional.gelu(x), atol=1e-6)
-    teaching.allow_references(None, STUDENT_KERNELS)
-    assert teaching.substituted() == []
+    todo_kernels.allow_references(None, STUDENT_KERNELS)
+    assert todo_kernels.substituted() == []
     with pytest.raises(UserError, match="needs kernel names"):
-        teaching.allow_references(" , ", STUDENT_KERNELS)
+        todo_kernels.allow_references(" , ", STUDENT_KERNELS)

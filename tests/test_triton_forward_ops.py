@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from glm_asr_common.audio import load_audio
+from glm_asr_common.model.audio import load_audio
 from parity import inputs_for, track_model
 
 # What "allocate, view, copy in and launch" may call. Anything else is arithmetic done by torch.
@@ -21,7 +21,7 @@ ALLOWED = {
     "tolist",
     # metadata-only calls the Triton interpreter makes when it hands tensors to NumPy on a CPU
     "set_", "detach_", "new_empty", "resolve_conj", "resolve_neg", "to",
-    # profiler ranges (glm_asr_common.profiling.region), not arithmetic
+    # profiler ranges (glm_asr_common.model.regions.region), not arithmetic
     "_record_function_enter_new", "_record_function_exit",
 }
 

@@ -1,8 +1,8 @@
 """Compile every cuTile kernel signature for sm_90 with the real compiler, on a machine without a GPU.
 
-cuTile has no CPU interpreter, and the CPU emulator (glm_asr_common/cutile_emulator.py) accepts some
+cuTile has no CPU interpreter, and the CPU emulator (glm_asr_common/cutile/emulator.py) accepts some
 code the real compiler rejects. This check closes that gap: the kernel signatures come from launches
-recorded while an emulated run executed (GLM_ASR_CUTILE_RECORD, see glm_asr_common/cutile_runtime.py),
+recorded while an emulated run executed (GLM_ASR_CUTILE_RECORD, see glm_asr_common/cutile/runtime.py),
 and each distinct one is compiled here by cuda.tile's ahead-of-time path
 (``cuda.tile.compilation.export_kernel``, output cubin), one line per signature:
 
@@ -148,7 +148,7 @@ def compile_signatures(signatures: list[dict], gpu_code: str) -> tuple[int, int]
     (One process: on the 2-core CI machine two compilers in parallel took as long as one after the
     other.)"""
     ct, compilation = _import_compiler()
-    from glm_asr_common.teaching import TodoKernel
+    from glm_asr_common.course.todo_kernels import TodoKernel
 
     seen, failed = set(), 0
     for entry in signatures:

@@ -24,7 +24,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from glm_asr_common.tiny_checkpoint import build_tiny_checkpoint  # noqa: E402
+from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint  # noqa: E402
 
 
 def write_wav(path: Path, samples: np.ndarray) -> Path:

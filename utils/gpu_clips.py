@@ -31,12 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_parity import hf_inputs, transformers_model  # noqa: E402
 
-from glm_asr_common.audio import SAMPLE_RATE, load_audio  # noqa: E402
-from glm_asr_common.checkpoint import default_config_dict, random_weights  # noqa: E402
-from glm_asr_common.config import ModelConfig  # noqa: E402
-from glm_asr_common.frontend import prepare_inputs  # noqa: E402
-from glm_asr_common.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
-from glm_asr_common.runtime import REPO_ROOT, import_track  # noqa: E402
+from glm_asr_common.model.audio import SAMPLE_RATE, load_audio  # noqa: E402
+from glm_asr_common.model.checkpoint import default_config_dict, random_weights  # noqa: E402
+from glm_asr_common.model.config import ModelConfig  # noqa: E402
+from glm_asr_common.model.frontend import prepare_inputs  # noqa: E402
+from glm_asr_common.model.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
+from glm_asr_common.tools.tracks import REPO_ROOT, import_track  # noqa: E402
 
 
 def write_clips(out: Path) -> dict[str, Path]:

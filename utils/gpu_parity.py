@@ -5,7 +5,7 @@
                                [--precisions fp32,tf32,bf16] [--tokens 30] [--json PATH]
 
 The reference is transformers (sdpa) in true fp32: TF32 off for its matmuls and its cuDNN conv stem.
-One set of seeded full-size random weights (glm_asr_common.checkpoint.random_weights; the real sizes
+One set of seeded full-size random weights (glm_asr_common.model.checkpoint.random_weights; the real sizes
 from transformers' GlmAsrConfig, or --config DIR) is built in fp32 and rounded for bf16 runs. For the
 reference it prints how many distinct ids its greedy tokens hold (a check that a model repeating one
 token passes proves nothing: the run fails below --min-distinct) and its top-1/top-2 logit gaps.
@@ -39,12 +39,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from glm_asr_common.audio import load_audio  # noqa: E402
-from glm_asr_common.checkpoint import default_config_dict, random_weights, transformers_name  # noqa: E402
-from glm_asr_common.config import ModelConfig  # noqa: E402
-from glm_asr_common.frontend import prepare_inputs  # noqa: E402
-from glm_asr_common.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
-from glm_asr_common.runtime import REPO_ROOT, import_track  # noqa: E402
+from glm_asr_common.model.audio import load_audio  # noqa: E402
+from glm_asr_common.model.checkpoint import default_config_dict, random_weights, transformers_name  # noqa: E402
+from glm_asr_common.model.config import ModelConfig  # noqa: E402
+from glm_asr_common.model.frontend import prepare_inputs  # noqa: E402
+from glm_asr_common.model.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
+from glm_asr_common.tools.tracks import REPO_ROOT, import_track  # noqa: E402
 
 HF = "transformers"
 

@@ -15,7 +15,7 @@ between ``# >>> STUDENT KERNEL name`` and ``# <<< STUDENT KERNEL`` (a kernel wit
 decorated ``@triton.jit`` in the Triton track, ``@ct.kernel`` in the cuTile track) becomes, in the
 template, the same signature and docstring under ``@student_kernel(...)`` with a TODO instead of
 the body: launching it raises a KernelTodo naming the kernel, its file and its GUIDE.md section
-(glm_asr_common/teaching.py). The marked kernels must be exactly the example's STUDENT_KERNELS.
+(glm_asr_common/course/todo_kernels.py). The marked kernels must be exactly the example's STUDENT_KERNELS.
 The template's README.md comes from utils/ (template_README.md, cutile_template_README.md); the
 example's own README.md, its fast path (fast_*.py) and the CuPy baseline (cupy_*.py) are not copied.
 """
@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 START = re.compile(r"^# >>> STUDENT KERNEL (\w+)\s*$")
 END = "# <<< STUDENT KERNEL"
-IMPORT_LINE = "from glm_asr_common.teaching import student_kernel  # noqa: E402"
+IMPORT_LINE = "from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402"
 # The example's README describes the example (the template gets its own); the fast path's files and
 # the CuPy baseline are not course work and the template's model never imports them.
 SKIP = re.compile(r"^(README\.md|fast_\w+\.py|cupy_\w+\.py)$")
@@ -66,8 +66,8 @@ TRACKS = {
                     re.compile(r"^import triton\.language as tl\b.*$", re.M), "'import triton.language as tl'",
                     REPO / "utils" / "template_README.md", "{kernel}"),
     "cutile": Track("cutile", "glm_asr_cutile_example", "glm_asr_cutile_template", "ct.kernel",
-                    re.compile(r"^from glm_asr_common\.cutile_runtime import .*$", re.M),
-                    "'from glm_asr_common.cutile_runtime import ...'", REPO / "utils" / "cutile_template_README.md",
+                    re.compile(r"^from glm_asr_common\.cutile\.runtime import .*$", re.M),
+                    "'from glm_asr_common.cutile.runtime import ...'", REPO / "utils" / "cutile_template_README.md",
                     "cutile-{kernel}"),
 }
 

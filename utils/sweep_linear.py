@@ -25,9 +25,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from glm_asr_common.checkpoint import default_config_dict  # noqa: E402
-from glm_asr_common.config import ModelConfig  # noqa: E402
-from glm_asr_common.roofline import time_call  # noqa: E402
+from glm_asr_common.model.checkpoint import default_config_dict  # noqa: E402
+from glm_asr_common.model.config import ModelConfig  # noqa: E402
+from glm_asr_common.measure.roofline import time_call  # noqa: E402
 from glm_asr_triton_example import fast_linear  # noqa: E402
 
 L2_FLUSH_BYTES = 512 << 20  # the weight copies of one timing cover this much (L2: 50-60 MiB)

@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_parity import hf_inputs, teacher_forced_regret, top2_gap, transformers_model  # noqa: E402
 
-from glm_asr_common.audio import load_audio  # noqa: E402
-from glm_asr_common.checkpoint import RANDOM_INIT_SCALES, default_config_dict, random_weights  # noqa: E402
-from glm_asr_common.config import ModelConfig  # noqa: E402
-from glm_asr_common.frontend import prepare_inputs  # noqa: E402
-from glm_asr_common.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
-from glm_asr_common.runtime import REPO_ROOT  # noqa: E402
+from glm_asr_common.model.audio import load_audio  # noqa: E402
+from glm_asr_common.model.checkpoint import RANDOM_INIT_SCALES, default_config_dict, random_weights  # noqa: E402
+from glm_asr_common.model.config import ModelConfig  # noqa: E402
+from glm_asr_common.model.frontend import prepare_inputs  # noqa: E402
+from glm_asr_common.model.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
+from glm_asr_common.tools.tracks import REPO_ROOT  # noqa: E402
 
 GRID = {"embed": (0.125, 0.5, 1.0), "text_out": (1.0, 0.5, 0.25), "text_qk": (1.5, 3.0), "final_norm": (1.0, 4.0)}
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint as ckpt
-from .config import ModelConfig
-from .errors import UserError
-from .frontend import load_processor
+from ..model import checkpoint as ckpt
+from ..model.config import ModelConfig
+from ..errors import UserError
+from ..model.frontend import load_processor
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def track_folders() -> list[str]:
@@ -94,20 +94,6 @@ class Checkpoint:
     random_weights: bool
 
 
-def _local_dir(model: str) -> Path | None:
-    """The model's directory if it is local or already in the hub cache; never downloads."""
-    if Path(model).expanduser().is_dir():
-        return Path(model).expanduser()
-    if model.count("/") == 1:
-        from huggingface_hub import snapshot_download
-
-        try:
-            return Path(snapshot_download(model, local_files_only=True))
-        except Exception:  # not cached: fine, random weights need nothing
-            return None
-    return None
-
-
 def open_checkpoint(model: str, dtype: torch.dtype, *, random_weights: bool = False, seed: int = 0,
                     device: str = "cpu") -> Checkpoint:
     if not random_weights:
@@ -116,7 +102,7 @@ def open_checkpoint(model: str, dtype: torch.dtype, *, random_weights: bool = Fa
         cfg = ModelConfig.from_dict(raw)
         weights = ckpt.load_weights(model_dir, cfg, dtype)
         return Checkpoint(cfg, weights, load_processor(model_dir), str(model_dir), ckpt.marked_random(raw))
-    model_dir = _local_dir(model)
+    model_dir = ckpt.local_model_dir(model)
     if model_dir is not None and (model_dir / "config.json").is_file():
         cfg, source = ckpt.read_config(model_dir), f"config of {model_dir}"
     else:

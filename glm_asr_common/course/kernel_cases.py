@@ -34,7 +34,7 @@ from typing import Callable
 
 import torch
 
-from . import torch_reference
+from ..reference import torch_ops
 
 FP32, BF16 = torch.float32, torch.bfloat16
 NEG_INF = float("-inf")
@@ -479,7 +479,7 @@ def _encoder_attention(ops, inputs):
     q, k, v = inputs.heads(1, 3, 75, 64, BF16)
     out = torch.empty(1, 75, 3, 64, dtype=BF16, device=q.device).permute(0, 2, 1, 3)
     return (lambda: ops.attention.encoder_attention(q, k, v, 64 ** -0.5, out, precision="tf32"),
-            lambda: torch_reference.attention(q, k, v, 64 ** -0.5))
+            lambda: torch_ops.attention(q, k, v, 64 ** -0.5))
 
 
 @case("decoder_attention", "attention", "decode: GQA 16/4 over a left-padded cache, masked slots",
@@ -494,7 +494,7 @@ def _decoder_attention(ops, inputs):
     return (lambda: ops.attention.decoder_attention(q, k_cache, v_cache, D ** -0.5, causal=False, n_keys=slots,
                                                     kv_start=kv_start, cache_pos=counters[:1],
                                                     valid_len=counters[1:], precision="tf32"),
-            lambda: torch_reference.attention(q, k_cache, v_cache, D ** -0.5, kv_start=kv_start,
+            lambda: torch_ops.attention(q, k_cache, v_cache, D ** -0.5, kv_start=kv_start,
                                               n_valid=valid))
 
 
@@ -503,7 +503,7 @@ def _decoder_attention(ops, inputs):
 
 def _tables(positions, rotary_dim, theta):
     def build(ops, inputs):
-        angle = torch_reference.rope_angles(torch.arange(positions), rotary_dim, theta).double()
+        angle = torch_ops.rope_angles(torch.arange(positions), rotary_dim, theta).double()
         return (lambda: torch.cat(ops.rope.rope_tables(positions, rotary_dim, theta, inputs.device)),
                 lambda: torch.cat([angle.cos(), angle.sin()]))
     return build
@@ -531,7 +531,7 @@ def _apply_rope(B, T, H, D, rotary_dim, dtype=FP32, *, per_row=False):
         qkv = inputs.randn(B, T, 3 * H * D, dtype=dtype)
         before = qkv.clone()
         qk = qkv[..., :2 * H * D].view(B, T, 2 * H, D)  # q and k heads, rotated by one launch
-        cos, sin = torch_reference.rope_tables(torch.arange(T + 9, device=inputs.device), rotary_dim, 10000.0)
+        cos, sin = torch_ops.rope_tables(torch.arange(T + 9, device=inputs.device), rotary_dim, 10000.0)
         positions = torch.arange(T, device=inputs.device)
         if per_row:  # row b starts at position 9 * b: left padding shifts a row's positions
             positions = positions[None, :] + 9 * torch.arange(B, device=inputs.device)[:, None]
@@ -540,7 +540,7 @@ def _apply_rope(B, T, H, D, rotary_dim, dtype=FP32, *, per_row=False):
             rows = positions.expand(B, T)
             expected = before.clone()
             heads = expected[..., :2 * H * D].view(B, T, 2 * H, D)
-            heads.copy_(torch_reference.rope(heads.clone(), cos[rows], sin[rows], rotary_dim))
+            heads.copy_(torch_ops.rope(heads.clone(), cos[rows], sin[rows], rotary_dim))
             return expected
 
         def launch():

@@ -2,7 +2,7 @@
 
 Kernel files import ``ct`` and ``launch`` from here and are written against ``ct.*`` only:
 
-    from glm_asr_common.cutile_runtime import ct, launch
+    from glm_asr_common.cutile.runtime import ct, launch
 
     @ct.kernel
     def scale_kernel(x, y, BLOCK: ct.Constant[int]): ...
@@ -13,7 +13,7 @@ Kernel files import ``ct`` and ``launch`` from here and are written against ``ct
 
 * ``"gpu"``: the real ``cuda.tile`` (a CUDA GPU is present). ``launch`` queues the kernel on
   ``torch.cuda.current_stream()``, so launches made under ``torch.cuda.graph`` are captured.
-* ``"emulate"``: ``glm_asr_common.cutile_emulator`` (no GPU): ``launch`` runs the kernel at once on
+* ``"emulate"``: ``glm_asr_common.cutile.emulator`` (no GPU): ``launch`` runs the kernel at once on
   the CPU tensors, block by block, and records its signature (``recorded_signatures``).
 * ``"compile"``: the real ``cuda.tile`` on a machine without a GPU, only so that kernels can be
   compiled for sm_90 (utils/cutile_compile_check.py); ``launch`` refuses.
@@ -30,8 +30,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import UserError
-from .teaching import TodoKernel
+from ..errors import UserError
 
 MODES = ("gpu", "emulate", "compile")
 _SETUP_HINT = "source utils/setup-cutile.sh installs it"
@@ -47,7 +46,7 @@ def _select_mode() -> str:
 MODE = _select_mode()
 
 if MODE == "emulate":
-    from . import cutile_emulator as ct
+    from . import emulator as ct
 else:
     try:
         import cuda.tile as ct
@@ -62,10 +61,12 @@ class LaunchRefused(UserError):
 def launch(grid, kernel, *args) -> None:
     """Launch ``kernel`` over ``grid`` (a tuple of 1 to 3 block counts) with ``args``.
 
-    ``kernel`` may be a template's unwritten kernel (teaching.TodoKernel): the example's kernel runs
-    in its place when allowed (``--allow-reference``), otherwise it raises ``KernelTodo``.
+    ``kernel`` may be a template's unwritten kernel (glm_asr_common.course.todo_kernels.TodoKernel,
+    known here by its ``resolve`` method, so that this layer needs nothing of the course's): the
+    example's kernel runs in its place when allowed (``--allow-reference``), otherwise ``resolve``
+    raises ``KernelTodo``.
     """
-    if isinstance(kernel, TodoKernel):
+    if hasattr(kernel, "resolve"):
         kernel = kernel.resolve()
     grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
     if MODE == "gpu":

@@ -3,16 +3,15 @@ report times and compares against (benchmark_detailed.py --baseline hf, benchmar
 
 import torch
 
-from .precision import torch_matmul_precision
+from ..model.precision import torch_matmul_precision
 
 
 def raw_config(args) -> dict:
     """config.json of --model (or transformers' defaults for --random-weights without one)."""
-    from glm_asr_common.checkpoint import default_config_dict, read_raw_config, resolve_model_dir
-    from glm_asr_common.runtime import _local_dir
+    from glm_asr_common.model.checkpoint import default_config_dict, local_model_dir, read_raw_config, resolve_model_dir
 
     if args.random_weights:
-        local = _local_dir(args.model)
+        local = local_model_dir(args.model)
         if local is not None and (local / "config.json").is_file():
             return read_raw_config(local)
         return default_config_dict()
@@ -22,7 +21,7 @@ def raw_config(args) -> dict:
 class HFTrack:
     """transformers' model with the same canonical weights, its modules marked with the same regions.
 
-    Forward hooks open and close glm_asr_common.profiling.region around the audio tower (encoder,
+    Forward hooks open and close glm_asr_common.model.regions.region around the audio tower (encoder,
     conv1/conv2, layers, norm), the projector, the embedding, the decoder layers, the final norm and
     lm_head; the first forward call of a generate() is decoder.prefill, later ones decoder.step.
     Logits processing and the greedy pick run in transformers' generate loop: outside every region.
@@ -31,8 +30,8 @@ class HFTrack:
     def __init__(self, raw: dict, weights: dict, cfg, device: str, precision):
         from transformers import GlmAsrConfig, GlmAsrForConditionalGeneration
 
-        from glm_asr_common.checkpoint import transformers_name
-        from glm_asr_common.profiling import region
+        from glm_asr_common.model.checkpoint import transformers_name
+        from glm_asr_common.model.regions import region
 
         config = GlmAsrConfig(**raw)
         config._attn_implementation = "sdpa"

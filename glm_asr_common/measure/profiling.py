@@ -1,11 +1,5 @@
-"""Named regions the tracks mark in their forward pass, so profilers can attribute time to components.
-
-``region(name)`` is a torch.profiler range (and an NVTX range when nsys is recording): free enough to
-leave in the forward pass, visible to benchmark_detailed.py and Nsight Systems. Names used by every
-track: encoder (the whole encode_audio), encoder.conv, encoder.layer, encoder.norm, projector,
-decoder.embed, decoder.prefill, decoder.layer, decoder.head, decoder.step (one decode step).
-
-Three ways to read them, all here:
+"""Reading the named regions the tracks mark in their forward pass (glm_asr_common.model.regions), so
+that time can be attributed to components. Three ways, all here:
 
 * ``RegionTimer``: while one is active, every region also records a CUDA event (a perf_counter on a
   CPU) at entry and exit, so a whole transcription splits into per-component times without the
@@ -16,7 +10,7 @@ Three ways to read them, all here:
   op that launched it (for its class and recorded shapes); kernels replayed from a CUDA graph go to
   the region around the replay, or, with ``split_graph_replays`` and an eager run of the same work,
   to the regions they have there.
-* NVTX: ``GLM_ASR_NVTX=1`` in the environment turns the NVTX ranges on (``benchmark_detailed.py --nsys``).
+* NVTX ranges (``GLM_ASR_NVTX=1``, glm_asr_common.model.regions), for ``benchmark_detailed.py --nsys``.
 
 ``component_of`` maps a region and its ancestors to a component (encoder, projector, prefill, decode)
 and a part of it (conv / layers / norm; embed / layers / head); ``summarize`` adds instances up.
@@ -27,39 +21,17 @@ import os
 import statistics
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
-NVTX = {"enabled": os.environ.get("GLM_ASR_NVTX", "0") not in ("", "0", "false", "False")}
+from ..model import regions
 
-REGION_NAMES = ("encoder", "encoder.conv", "encoder.layer", "encoder.norm", "projector", "decoder.embed",
-                "decoder.prefill", "decoder.layer", "decoder.head", "decoder.step")
 COMPONENTS = ("encoder", "projector", "prefill", "decode")
 PARTS = {"encoder": ("conv", "layers", "norm", "other"), "projector": (),
          "prefill": ("embed", "layers", "head", "other"), "decode": ("embed", "layers", "head", "other")}
 _PART_OF = {"encoder.conv": "conv", "encoder.layer": "layers", "encoder.norm": "norm",
             "decoder.embed": "embed", "decoder.layer": "layers", "decoder.head": "head"}
-
-_TIMER = None  # the active RegionTimer, if any
-
-
-@contextmanager
-def region(name: str):
-    nvtx = NVTX["enabled"] and torch.cuda.is_available()
-    timer = _TIMER
-    mark = timer.enter(name) if timer is not None else None
-    if nvtx:
-        torch.cuda.nvtx.range_push(name)
-    try:
-        with torch.profiler.record_function(name):
-            yield
-    finally:
-        if nvtx:
-            torch.cuda.nvtx.range_pop()
-        if timer is not None:
-            timer.exit(mark)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,12 +199,11 @@ class RegionTimer:
         return a.elapsed_time(b) if self.cuda else (b - a) * 1000
 
     def __enter__(self):
-        global _TIMER
         if self.cuda:
             torch.cuda.synchronize()
         self._names, self._parents, self._starts, self._ends, self._stack = [], [], [], [], []
         self._base = self._mark()
-        _TIMER = self
+        regions.set_timer(self)
         return self
 
     def enter(self, name: str):
@@ -256,8 +227,7 @@ class RegionTimer:
             self._stack.remove(idx)
 
     def __exit__(self, *exc):
-        global _TIMER
-        _TIMER = None
+        regions.set_timer(None)
         end = self._mark()
         if self.cuda:
             torch.cuda.synchronize()
@@ -422,7 +392,7 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
         if cat in HOST_CATEGORIES:
             host.append(span)
         elif cat == GPU_ANNOTATION:
-            if span.name in REGION_NAMES:
+            if span.name in regions.REGION_NAMES:
                 gpu_regions.append(span)
         elif cat in LAUNCH_CATEGORIES:
             if span.args.get("correlation") is not None:
@@ -447,7 +417,7 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
     regions = Regions()
     for i, s in enumerate(host):
         p = parent[i]
-        if s.name in REGION_NAMES:
+        if s.name in regions.REGION_NAMES:
             region_idx[i] = len(regions.names)
             regions.names.append(s.name)
             regions.parents.append(region_of[p] if p >= 0 else -1)

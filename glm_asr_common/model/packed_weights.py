@@ -63,7 +63,7 @@ class Weights:
 
 def pack_weights(cfg: ModelConfig, weights: dict[str, torch.Tensor], device, dtype, *,
                  conv_layout: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Weights:
-    """Canonical tensors (glm_asr_common.checkpoint names) → ``Weights`` on ``device`` in ``dtype``.
+    """Canonical tensors (glm_asr_common.model.checkpoint names) → ``Weights`` on ``device`` in ``dtype``.
     ``conv_layout`` re-lays each conv weight (C_out, C_in, k) for a track whose conv reads another
     layout; by default it stays as stored."""
     relayout = conv_layout or (lambda t: t)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .audio import SAMPLE_RATE
 from .config import ModelConfig
-from .errors import UserError
+from ..errors import UserError
 
 WINDOW_SECONDS = 30
 HOP_LENGTH = 160

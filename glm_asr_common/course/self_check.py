@@ -4,7 +4,7 @@
     python glm_asr_triton_example/layers.py gelu_kernel      one kernel's cases
 
 The course kernels' files (layers.py, attention.py, rope.py of either track, and their templates)
-end with ``self_check.main(__file__)``: the cases come from glm_asr_common.kernel_cases, the one
+end with ``self_check.main(__file__)``: the cases come from glm_asr_common.course.kernel_cases, the one
 table that pytest and the grader run too. Other kernel files (glue, conv, the fast path) build a
 ``SelfCheck`` and call ``check`` with their own launches.
 
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from . import teaching
+from . import todo_kernels
 from .kernel_cases import CASES, Close, Inputs, Verdict
 
 _RECORDING: list[SelfCheck] | None = None
@@ -122,7 +122,7 @@ class SelfCheck:
         self.title = title
         self.decorator = decorator
         self.counts = {"PASS": 0, "FAIL": 0, "TODO": 0, "REF": 0}
-        self.todo: dict[str, teaching.KernelTodo] = {}
+        self.todo: dict[str, todo_kernels.KernelTodo] = {}
         self.rows: list[CheckRow] = []
         if _RECORDING is not None:
             _RECORDING.append(self)
@@ -137,13 +137,13 @@ class SelfCheck:
         """Run ``launch()`` and judge it against ``reference()``: by ``judge`` (a kernel_cases judge),
         else by ``errors`` ((abs, rel) of out and ref) against ``tol``, else max relative error <= tol."""
         judge = judge or (errors_as_close(errors, tol) if errors else Close(tol))
-        references_before = teaching.reference_launches()
+        references_before = todo_kernels.reference_launches()
         start = time.perf_counter()
         try:
             with poisoned_outputs(package_dir) if package_dir else contextlib.nullcontext():
                 out = launch()
             self._sync()
-        except teaching.KernelTodo as todo:
+        except todo_kernels.KernelTodo as todo:
             self.todo[todo.kernel] = todo
             note = "" if todo.kernel == name else f"needs {todo.kernel}"
             self._row(CheckRow(name, guards, "TODO", None, None, judge.unit, shape, None, self.on_gpu, note), "")
@@ -156,7 +156,7 @@ class SelfCheck:
         verdict = judge(out, reference())
         status = "PASS" if verdict.passed else "FAIL"
         note = verdict.reason
-        if status == "PASS" and teaching.reference_launches() > references_before:
+        if status == "PASS" and todo_kernels.reference_launches() > references_before:
             status, note = "REF", "the example's kernel ran (--allow-reference)"
         us, timing = None, ""
         if self.on_gpu and timed:
@@ -233,7 +233,7 @@ def load_track(package: str) -> Track:
     root = importlib.import_module(package)
     ops = type("Ops", (), {m: importlib.import_module(f"{package}.{m}") for m in ("layers", "attention", "rope")})
     if "cutile" in package:
-        from .cutile_runtime import MODE
+        from ..cutile.runtime import MODE
 
         return Track(package, ops, root.STUDENT_KERNELS, MODE != "gpu", "cuTile emulator", "@ct.kernel")
     interpret = importlib.import_module(f"{package}._triton_compat").INTERPRET
@@ -280,7 +280,7 @@ def main(script: str, argv=None) -> int:
     in_file = [k for k in track.student_kernels if hasattr(module, k)]
     parser = argparse.ArgumentParser(prog=f"python {path.parent.name}/{path.name}",
                                      description=f"Self-check of the course kernels in {path.name}: "
-                                                 "every case of glm_asr_common/kernel_cases.py.")
+                                                 "every case of glm_asr_common/course/kernel_cases.py.")
     parser.add_argument("kernels", nargs="*", metavar="KERNEL", help=f"only these ({', '.join(in_file)})")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.kernels) - set(in_file))

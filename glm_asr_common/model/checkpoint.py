@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from .config import ModelConfig
-from .errors import UserError
+from ..errors import UserError
 
 DEFAULT_MODEL = "zai-org/GLM-ASR-Nano-2512"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -102,7 +102,7 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 class HubUnavailable(UserError):
     """The hub could not provide the checkpoint. The message speaks of the command-line options and,
-    given ``route``, of what runs on this machine instead (glm_asr_common.cli.route_without_hub); a
+    given ``route``, of what runs on this machine instead (glm_asr_common.tools.command_line.route_without_hub); a
     program with other controls (the demo) words its own from ``model`` and ``reason``."""
 
     def __init__(self, model: str, reason: str, route: str | None = None):
@@ -145,8 +145,8 @@ def read_config(model_dir: Path) -> ModelConfig:
 
 
 # The config.json key with which this project marks the checkpoints of random weights it writes
-# (glm_asr_common/tiny_checkpoint.py): their text is meaningless, so no transcript can check a run on
-# them; the runs check their ids against transformers' instead (glm_asr_common/verdict.py).
+# (glm_asr_common/reference/tiny_checkpoint.py): their text is meaningless, so no transcript can check a run on
+# them; the runs check their ids against transformers' instead (glm_asr_common/tools/verdict.py).
 RANDOM_WEIGHTS_MARK = "glm_asr_random_weights"
 
 
@@ -259,3 +259,17 @@ def default_config_dict() -> dict:
     from transformers import GlmAsrConfig
 
     return GlmAsrConfig().to_dict()
+
+
+def local_model_dir(model: str) -> Path | None:
+    """The model's directory if it is local or already in the hub cache; never downloads."""
+    if Path(model).expanduser().is_dir():
+        return Path(model).expanduser()
+    if model.count("/") == 1:
+        from huggingface_hub import snapshot_download
+
+        try:
+            return Path(snapshot_download(model, local_files_only=True))
+        except Exception:  # not cached: fine, random weights need nothing
+            return None
+    return None

@@ -6,7 +6,7 @@ sizes (the tiny test ones, a future bigger model) runs unchanged.
 
 from dataclasses import dataclass
 
-from .errors import UserError
+from ..errors import UserError
 
 
 @dataclass(frozen=True)

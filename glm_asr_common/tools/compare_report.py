@@ -15,14 +15,14 @@ Two kinds of rows, both measured in this process on the same device:
               TODO kernel stopped the student's transcription, the report is still written: the
               student's row is missing and the summary names the kernel.
 
-The report leads with the student's verdict (glm_asr_common/verdict.py): on a real checkpoint the
+The report leads with the student's verdict (glm_asr_common/tools/verdict.py): on a real checkpoint the
 transcript's status, on random weights (the tiny checkpoint, --random-weights) whether the ids equal
 transformers' in IEEE fp32.
 
 The report (Markdown and JSON, plus a roofline plot when matplotlib is installed) follows the course
 rubric: implementation summary, profiling, bottleneck analysis, optimisation attempts (the student
 writes that section), comparison with the baseline. Whole-transcription FLOPs and bytes come from
-glm_asr_common.roofline, against the device's measured peaks, so every row carries the same floor.
+glm_asr_common.measure.roofline, against the device's measured peaks, so every row carries the same floor.
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ from pathlib import Path
 
 import torch
 
-from . import roofline, self_check, teaching
-from .cli import time_runs
-from .errors import UserError
-from .runtime import REPO_ROOT, import_track, track_folders, track_paths
+from ..measure import roofline
+from ..course import self_check
+from ..course import todo_kernels
+from .command_line import time_runs
+from ..errors import UserError
+from .tracks import REPO_ROOT, import_track, track_folders, track_paths
 
 # A row is flagged in the bottleneck analysis when it is this much slower than the solution's.
 SLOWER_FLAG = 1.25
@@ -65,7 +67,7 @@ def solution_folder(folder: str, requested: str | None) -> str:
 
 
 def kernel_rows(folder: str) -> list[dict]:
-    """Every case of the folder's course kernels (glm_asr_common.kernel_cases), run quietly as the
+    """Every case of the folder's course kernels (glm_asr_common.course.kernel_cases), run quietly as the
     kernel files' self-checks run them; one dict per row, with its file."""
     track = self_check.load_track(folder)
     rows = []
@@ -76,7 +78,7 @@ def kernel_rows(folder: str) -> list[dict]:
     return rows
 
 
-def unfinished_run(todo: teaching.KernelTodo) -> dict:
+def unfinished_run(todo: todo_kernels.KernelTodo) -> dict:
     """benchmark_student's result for a transcription that a TODO kernel stopped: no runs, no ids."""
     return {"runs_ms": [], "token_ids": [], "transcription": None, "status": "NOT RUN",
             "verdict": f"not run: {todo}", "unwritten_kernel": todo.kernel}
@@ -111,7 +113,7 @@ def measure_others(session, args, solution: str, log=print) -> list[dict]:
     if importlib.util.find_spec("transformers") is None:
         log("[compare] transformers is not installed: no transformers row")
         return rows
-    from .hf_reference import HFTrack, raw_config
+    from ..reference.hf_model import HFTrack, raw_config
 
     log("[compare] transformers: loading and timing")
     model = HFTrack(raw_config(args), ckpt.weights, ckpt.config, device, session.precision)
@@ -161,12 +163,12 @@ def compare(session, args, student: dict, log=print) -> dict:
     kernels = self_check.load_track(folder).student_kernels
     student_kernels = kernel_rows(folder)
     # The solution's rows must not run on reference substitutions meant for the student's folder.
-    allowed = set(teaching.ALLOWED_REFERENCES)
-    teaching.ALLOWED_REFERENCES.clear()
+    allowed = set(todo_kernels.ALLOWED_REFERENCES)
+    todo_kernels.ALLOWED_REFERENCES.clear()
     try:
         solution_kernels = kernel_rows(solution)
     finally:
-        teaching.ALLOWED_REFERENCES.update(allowed)
+        todo_kernels.ALLOWED_REFERENCES.update(allowed)
     rows = [e2e_row("student", f"{folder} ({session.path} path)", student["runs_ms"], student["token_ids"])
             ] if student["runs_ms"] else []
     rows += measure_others(session, args, solution, log)
@@ -189,7 +191,7 @@ def compare(session, args, student: dict, log=print) -> dict:
         "ids_equal_transformers_fp32": student.get("ids_equal_transformers_fp32"),
         "first_difference_at_token": student.get("first_difference_at_token"),
         "reference_label": None if reference is None else reference["label"],
-        "substituted_kernels": teaching.substituted(), "student_kernels": list(kernels),
+        "substituted_kernels": todo_kernels.substituted(), "student_kernels": list(kernels),
         "kernels": pair_kernel_rows(student_kernels, solution_kernels), "end_to_end": rows,
         "peaks": {"copy_gbps": peaks.bandwidth / 1e9, "matmul_tflops": peaks.flops_for(session.precision.name) / 1e12,
                   "description": peaks.describe()},
@@ -280,7 +282,7 @@ def bottlenecks(report: dict) -> list[str]:
 
 
 def headline(report: dict) -> str:
-    """The end-to-end verdict the report leads with (glm_asr_common/verdict.py)."""
+    """The end-to-end verdict the report leads with (glm_asr_common/tools/verdict.py)."""
     return f"End to end ({report['path']} path): {report['verdict']}"
 
 
@@ -334,7 +336,7 @@ def markdown(report: dict, plot: str | None) -> str:
         e2e_table(report),
         "",
         "Floor: the longer of two times, the transcription's FLOPs at the device's measured matmul peak and its "
-        "minimum bytes at the measured copy bandwidth (glm_asr_common/roofline.py: "
+        "minimum bytes at the measured copy bandwidth (glm_asr_common/measure/roofline.py: "
         f"{report['peaks']['description']}); `floor / time` is the fraction of that bound reached.",
     ]
     if plot:

@@ -15,7 +15,7 @@ A track's model subclasses ``GreedyModel`` and writes the forward pass in a hand
 
 and this class does the rest: inputs to the device, a KV cache sized in granules, the prompt phase
 (encoder -> first token) and the decode step each captured once as a CUDA graph and replayed, the
-stopping rules (glm_asr_common.generation) and streaming each new token to a callback. Everything a
+stopping rules (glm_asr_common.model.generation) and streaming each new token to a callback. Everything a
 graph reads lives on the device, so a replay needs only a few bytes copied in: the inputs of the
 prompt, or the decode step's counters.
 """
@@ -31,7 +31,7 @@ from .config import ModelConfig
 from .frontend import ASRInputs
 from .generation import GreedyStopper
 from .precision import Precision, get_precision
-from .profiling import region
+from .regions import region
 
 # Cache lengths are rounded up to this so repeated transcriptions reuse one cache and one CUDA graph.
 CACHE_GRANULE = 256

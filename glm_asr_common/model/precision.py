@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import UserError
+from ..errors import UserError
 
 
 @dataclass(frozen=True)

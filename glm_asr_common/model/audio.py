@@ -8,7 +8,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .errors import UserError
+from ..errors import UserError
 
 SAMPLE_RATE = 16000
 # The formats uploads are offered in and errors name (libsndfile, through soundfile, reads these and more).

@@ -51,9 +51,9 @@ from pathlib import Path
 
 import torch
 
-from .config import ModelConfig
+from ..model.config import ModelConfig
 
-# Bytes per element, by dtype or by precision name (glm_asr_common/precision.py: bf16, tf32, fp32).
+# Bytes per element, by dtype or by precision name (glm_asr_common/model/precision.py: bf16, tf32, fp32).
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "bf16": 2, "tf32": 4, "fp32": 4}
 
 # Operator classes, in report order. "copy" is host<->device transfers and memsets; "other" unknown.

@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import UserError
+from ..errors import UserError
 
 # squeue states after which a job will not run again. Any other state counts as still going, so an
 # unusual one (STOPPED, a requeue) makes wait_for_jobs wait, not return early.
@@ -84,7 +84,7 @@ def write_array_script(path: str | Path, tasks: list[list[str]], *, log_dir: str
         options.append(f"--gres={gpu_gres}:{gpus}")
     cases = [f"    {index}) set -- {shlex.join(argv)} ;;" for index, argv in enumerate(tasks)]
     lines = ["#!/bin/bash",
-             f"# Written by glm_asr_common.slurm: {len(tasks)} tasks; array task i runs task i. Submit: sbatch {Path(path).name}",
+             f"# Written by glm_asr_common.tools.slurm: {len(tasks)} tasks; array task i runs task i. Submit: sbatch {Path(path).name}",
              *(f"#SBATCH {option}" for option in options),
              'case "$SLURM_ARRAY_TASK_ID" in',
              *cases,

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import torch
 
-from . import teaching
-from .audio import SAMPLE_RATE, load_audio
-from .checkpoint import DEFAULT_MODEL, HubUnavailable
-from .errors import UserError
-from .frontend import ASRInputs, prepare_inputs
-from .precision import PRECISIONS, Precision, from_options
-from .runtime import (PATH_MODULES, REPO_ROOT, Checkpoint, import_track, open_checkpoint, path_summary, resolve_path,
+from ..course import todo_kernels
+from ..model.audio import SAMPLE_RATE, load_audio
+from ..model.checkpoint import DEFAULT_MODEL, HubUnavailable
+from ..errors import UserError
+from ..model.frontend import ASRInputs, prepare_inputs
+from ..model.precision import PRECISIONS, Precision, from_options
+from .tracks import (PATH_MODULES, REPO_ROOT, Checkpoint, import_track, open_checkpoint, path_summary, resolve_path,
                       track_name, use_device)
 
 DEFAULT_AUDIO = REPO_ROOT / "test_audio.wav"
@@ -169,14 +169,14 @@ def cpu_kernel_runner(folder: str, path: str) -> str | None:
 
 
 def parameter_count(cfg) -> int:
-    from .checkpoint import expected_shapes
+    from ..model.checkpoint import expected_shapes
 
     return sum(torch.Size(shape).numel() for shape in expected_shapes(cfg).values())
 
 
 def tiny_route(folder: str) -> str:
     """The two commands that run ``folder``'s kernels on any machine, offline: a tiny random checkpoint."""
-    return f"python -m glm_asr_common.tiny_checkpoint /tmp/tiny && ./benchmark.sh {folder} --model /tmp/tiny"
+    return f"python -m glm_asr_common.reference.tiny_checkpoint /tmp/tiny && ./benchmark.sh {folder} --model /tmp/tiny"
 
 
 def route_without_hub(folder: str, device: str) -> str:
@@ -200,8 +200,8 @@ def naming_the_route(folder: str, device: str):
 
 def _refuse_interpreted_full_size(args, folder: str, path: str):
     """A one-line refusal, before any weight is read or made, of a CPU run that would take hours."""
-    from .config import ModelConfig
-    from .hf_reference import raw_config
+    from ..model.config import ModelConfig
+    from ..reference.hf_model import raw_config
 
     runner = cpu_kernel_runner(folder, path)
     if runner is None:
@@ -270,7 +270,7 @@ def prepare_session(args, folder: str, log=print) -> Session:
     check_json_path(args.json)
     # Before the model loads: loading already launches kernels (the RoPE tables).
     name = folder.rstrip("/").split("/")[-1]
-    teaching.allow_references(getattr(args, "allow_reference", None), folder_student_kernels(name), name)
+    todo_kernels.allow_references(getattr(args, "allow_reference", None), folder_student_kernels(name), name)
     precision = from_options(args.precision, args.dtype, device)
     use_device(device)  # before anything imports Triton (transformers' processor can)
     if device == "cpu":

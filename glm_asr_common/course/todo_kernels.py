@@ -14,7 +14,7 @@ can say so. A student finishes a kernel by writing its body and replacing the de
 
 ``KernelTodo`` is a ``UserError``: the command-line tools print it as one line and exit 2.
 
-Self-checks (glm_asr_common.self_check) read a KernelTodo as a TODO row and count reference launches
+Self-checks (glm_asr_common.course.self_check) read a KernelTodo as a TODO row and count reference launches
 (``reference_launches``) to mark a row REF.
 """
 
@@ -24,9 +24,9 @@ import importlib
 import inspect
 from pathlib import Path
 
-from .errors import UserError
+from ..errors import UserError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ALLOWED_REFERENCES: set[str] = set()  # kernel names, or "all"
 SUBSTITUTED: set[str] = set()  # kernels whose reference actually ran
 TODO_KERNELS: dict[str, "TodoKernel"] = {}  # every stand-in declared so far, by name
@@ -54,7 +54,7 @@ def _display_path(path: str) -> str:
 class TodoKernel:
     """Stands where a kernel will be (``@triton.jit`` or ``@ct.kernel``): same name and docstring,
     launches raise. Triton launches go through ``kernel[grid](...)``; cuTile's launcher
-    (glm_asr_common.cutile_runtime.launch) calls ``resolve()``."""
+    (glm_asr_common.cutile.runtime.launch) calls ``resolve()``."""
 
     def __init__(self, fn, name: str, reference: str, guide: str):
         if fn.__name__ != name:

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
-from . import teaching
-from .cli import INTERPRETED_MAX_PARAMETERS, expected_text, open_args_checkpoint, parameter_count
-from .precision import PRECISIONS
-from .scoring import word_error_rate
+from ..course import todo_kernels
+from .command_line import INTERPRETED_MAX_PARAMETERS, expected_text, open_args_checkpoint, parameter_count
+from ..model.precision import PRECISIONS
+from ..reference.scoring import word_error_rate
 
 
 @dataclass
@@ -86,7 +86,7 @@ def check_against_transformers(session, args, ids: list[int]) -> IdsCheck:
     if session.device == "cpu" and parameter_count(cfg) > INTERPRETED_MAX_PARAMETERS:
         return IdsCheck(ids, None, precision, "transformers at full size on a CPU would take minutes more; "
                                               "run on a GPU, or on a tiny checkpoint, to compare")
-    from .hf_reference import HFTrack, raw_config
+    from ..reference.hf_model import HFTrack, raw_config
 
     weights = (session.checkpoint.weights if session.dtype == torch.float32 else
                open_args_checkpoint(args, torch.float32, session.device).weights)
@@ -133,7 +133,7 @@ def judge(session, args, ids: list[int], text: str) -> Verdict:
         else:
             status, code = "FAIL - Transcription does not match expected", 1
     # --allow-reference: the example's kernels stood in for unwritten ones; never a plain PASS then.
-    substituted = teaching.substituted()
+    substituted = todo_kernels.substituted()
     if substituted:
         names = ", ".join(substituted)
         status = f"PASS WITH REFERENCE KERNELS ({names})" if status == "PASS" else f"{status} (reference kernels: {names})"

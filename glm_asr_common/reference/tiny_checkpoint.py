@@ -7,18 +7,18 @@ on-disk layout (config.json, safetensors key names, processor files) that a real
 vocabulary of about 400 tokens trained here) and random. The weights are re-initialised with a
 seeded generator at a scale that makes greedy decoding non-degenerate (varied tokens, clear top-1
 margins); the text it decodes is meaningless, and config.json says so (the key
-``glm_asr_common.checkpoint.RANDOM_WEIGHTS_MARK``): runs on it check their ids against
+``glm_asr_common.model.checkpoint.RANDOM_WEIGHTS_MARK``): runs on it check their ids against
 transformers', not a transcript. The clips are the repository's test_audio.wav in other rates,
 channel counts and lengths.
 
-    from glm_asr_common.tiny_checkpoint import build_tiny_checkpoint, cached_tiny_checkpoint, make_clips
+    from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint, cached_tiny_checkpoint, make_clips
     ckpt = build_tiny_checkpoint(tmp / "ckpt", sharded=True, storage_dtype="bfloat16")
     ckpt = cached_tiny_checkpoint()       # built once per version of this file, then reused
     clips = make_clips(tmp / "clips")     # {"short": Path, "long45": Path, "other": Path}
 
 or from the shell::
 
-    python -m glm_asr_common.tiny_checkpoint OUT_DIR [--sharded] [--dtype bfloat16] [--tied] [--seed 0] [--clips]
+    python -m glm_asr_common.reference.tiny_checkpoint OUT_DIR [--sharded] [--dtype bfloat16] [--tied] [--seed 0] [--clips]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import tempfile
 
 import numpy as np
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEST_AUDIO = REPO_ROOT / "test_audio.wav"
 
 # --------------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ def _build(out, sharded, storage_dtype, tie_word_embeddings, seed, audio, text) 
     import torch
     from transformers import AutoProcessor, GlmAsrForConditionalGeneration, GlmAsrProcessor
 
-    from .checkpoint import RANDOM_WEIGHTS_MARK
+    from ..model.checkpoint import RANDOM_WEIGHTS_MARK
 
     if storage_dtype not in _DTYPES:
         raise ValueError(f"storage_dtype must be one of {sorted(_DTYPES)}, got {storage_dtype!r}")
@@ -322,7 +322,7 @@ def _build(out, sharded, storage_dtype, tie_word_embeddings, seed, audio, text) 
     model.generation_config.eos_token_id = list(config.text_config.eos_token_id)
     model.generation_config.bos_token_id = None
     setattr(model.config, RANDOM_WEIGHTS_MARK, f"tiny random weights (seed {seed}) written by "
-                                               "glm_asr_common/tiny_checkpoint.py: the text they decode is meaningless")
+                                               "glm_asr_common/reference/tiny_checkpoint.py: the text they decode is meaningless")
 
     save_kwargs = {"safe_serialization": True}
     if sharded:
