@@ -25,6 +25,7 @@ Exit codes: 0 done, 2 bad input (one line on stderr).
 from __future__ import annotations
 
 import csv
+import functools
 import gc
 import importlib
 import inspect
@@ -41,6 +42,7 @@ import numpy as np
 import torch
 
 from glm_asr_common.measure import roofline
+from glm_asr_common.model import course_model
 from glm_asr_common.tools.command_line import (ArgumentParser, add_common_args, check_json_path, open_session, positive_int,
                                 resolve_device, settle_run_options, write_json)
 from glm_asr_common.errors import UserError, run_cli
@@ -862,12 +864,12 @@ def bench_us(fn, device: str, runs: int, flush=None) -> tuple[float, float, floa
 # The launchers the micro-benchmarks time, by module: a fast path's fused kernels and the course path's.
 MICRO_LAUNCHERS = (("fast_attention", ("flash_attention", "decode_attention")),
                    ("fast_linear", ("linear", "swiglu_linear")),
-                   ("attention", ("encoder_attention", "decoder_attention")),
                    ("layers", ("linear_tf32",)))
 
 
 def folder_launchers(folder: str) -> dict:
-    """The folder's kernel launchers that the micro-benchmarks know, where it has them."""
+    """The folder's kernel launchers that the micro-benchmarks know, where it has them; a folder that
+    runs the course model also gets its attention, composed of the folder's three kernels."""
     found = {}
     for module, names in MICRO_LAUNCHERS:
         try:
@@ -877,6 +879,10 @@ def folder_launchers(folder: str) -> dict:
         for name in names:
             if callable(getattr(mod, name, None)):
                 found[name] = getattr(mod, name)
+    ops = getattr(importlib.import_module(f"{folder}.model"), "OPS", None)
+    if isinstance(ops, course_model.TrackOps):
+        found["encoder_attention"] = functools.partial(course_model.encoder_attention, ops)
+        found["decoder_attention"] = functools.partial(course_model.decoder_attention, ops)
     return found
 
 

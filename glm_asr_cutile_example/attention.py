@@ -4,16 +4,10 @@
     softmax_inplace_kernel    P = softmax(S) row by row, in place
     attention_output_kernel   O = P V
 
-Each sits above its launcher (``attention_scores``, ``softmax_inplace``, ``attention_output``);
-below them, the two compositions the model calls:
-
-    encoder_attention(q, k, v, scale, out, precision)
-        the encoder's 20 heads over the whole 30 s window, no mask; the (windows, heads, 1500, 1500)
-        fp32 scores are normalised in place.
-    decoder_attention(q, k_cache, v_cache, scale, ..., precision, out)
-        the decoder over its KV cache, prefill (causal) and decode steps alike, GQA by a 0 stride;
-        the probabilities come from softmax_kernel (layers.py), out of place; glue.mask_scores hides
-        left padding and the cache slots past the live length.
+Each sits above its launcher (``attention_scores``, ``softmax_inplace``, ``attention_output``). The
+course model (glm_asr_common/model/course_model.py) composes them: encoder_attention (scores, in-place
+softmax, P·V over the whole 30 s window) and decoder_attention (scores, glue.mask_scores,
+softmax_kernel of layers.py, P·V over the KV cache; GQA by a 0 head stride, no copies).
 
 q, k and v arrive as (B, H, T, D) views of a fused QKV output or of the cache (any strides,
 contiguous head channels); a kernel loads a (1, 1, BLOCK_M, BLOCK_D) tile of such an array and
@@ -35,8 +29,6 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/att
 from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
 
 from ._tile_helpers import cdiv, next_power_of_2, rows_per_block  # noqa: E402
-from .glue import mask_scores  # noqa: E402
-from .layers import softmax  # noqa: E402
 
 ZERO = ct.PaddingMode.ZERO
 NEG_INF = ct.PaddingMode.NEG_INF
@@ -188,51 +180,6 @@ def attention_output(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None 
     block_m, block_n, block_d = _tiles(Tq, D)
     launch((cdiv(Tq, block_m), B * H), attention_output_kernel, p, v, out, precision == "tf32",
            block_m, block_n, block_d)
-    return out
-
-
-# ==================================================================================================
-# The model's attention, from the three course kernels
-# ==================================================================================================
-
-
-def encoder_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, out: torch.Tensor, *,
-                      precision: str = "tf32") -> torch.Tensor:
-    """softmax(q k^T * scale) v over every frame of each window: q, k, v, out (W, H, T, D) views."""
-    probs = softmax_inplace(attention_scores(q, k, scale, precision=precision))
-    return attention_output(probs, v, out, precision=precision)
-
-
-def decoder_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float, *,
-                      causal: bool, n_keys: int, kv_start: torch.Tensor, cache_pos: torch.Tensor,
-                      valid_len: torch.Tensor, precision: str, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention of q (B, Hq, Tq, D) over cache slots [0, n_keys) of k_cache / v_cache
-    (B, Hkv, Tmax, D), into out (B, Hq, Tq, D) (allocated when None); returns out.
-
-    q and out may be any views with a contiguous last dim: the model passes the q heads of the fused
-    QKV output and a token-major buffer, both seen through transpose(1, 2), so that nothing is copied
-    and the o projection reads the result as rows.
-    causal: prefill (query t sits in slot t, n_keys = Tq). Otherwise (decode) every slot up to the
-    cache's static length is scored and glue.mask_scores hides those at or past valid_len (int32
-    device tensor (1,)), so the launch shapes never change between steps. kv_start (int32 (B,)):
-    keys below it are a row's left padding; cache_pos (int32 (1,)): the first query's slot.
-
-    GQA without copying: for each batch row, the query heads are seen as (Hkv, group, Tq, D) and
-    each kv head as (Hkv, group, n_keys, D) through a group stride of 0, so the course kernels'
-    (batch, head) grid runs over (kv head, query head of its group). The probabilities come from
-    softmax_kernel (layers.py), out of place.
-    """
-    B, Hq, Tq, D = q.shape
-    Hkv = k_cache.shape[1]
-    group = Hq // Hkv
-    if out is None:
-        out = torch.empty((B, Hq, Tq, D), dtype=q.dtype, device=q.device)
-    for b in range(B):
-        k = k_cache[b, :, None, :n_keys].expand(Hkv, group, n_keys, D)
-        v = v_cache[b, :, None, :n_keys].expand(Hkv, group, n_keys, D)
-        scores = attention_scores(q[b].view(Hkv, group, Tq, D), k, scale, causal, precision=precision)
-        mask_scores(scores, kv_start[b:b + 1], cache_pos, valid_len)
-        attention_output(softmax(scores), v, out[b].view(Hkv, group, Tq, D), precision=precision)
     return out
 
 

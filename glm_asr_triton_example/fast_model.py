@@ -31,9 +31,9 @@ from .fast_attention import decode_attention, flash_attention
 from .fast_head import greedy_head
 from .fast_linear import linear, llama_mlp, lm_head_logits
 from .fast_rope import project_qkv_into_cache
-from .glue import apply_rope, embed_tokens
+from .glue import embed_tokens
 from .layers import layernorm, rmsnorm
-from .rope import rope_tables
+from .rope import apply_rope, rope_tables
 from .weight_loader import load_weights
 
 

@@ -1,6 +1,7 @@
-"""The fast path's decoder attention inputs for one new token: RMSNorm, the q|k|v GEMV, RoPE and the
+"""The fast path's decoder attention inputs. For one new token: RMSNorm, the q|k|v GEMV, RoPE and the
 KV-cache write in one launch (qkv_rope_gemv_kernel), where the course path runs rmsnorm_kernel,
-linear_kernel_tf32 and glue.rope_qkv_to_cache_kernel.
+linear_kernel_tf32, apply_rope_kernel and glue.kv_cache_write_kernel. For a prompt (or a batch):
+the RMSNorm-prologue GEMM, then RoPE and the cache write in one launch (rope_qkv_to_cache_kernel).
 
 Self-check: python glm_asr_triton_example/fast_rope.py  (without a GPU: the Triton interpreter)
 """
@@ -16,9 +17,146 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/fas
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from ._triton_compat import INTERPRET, pdl_options, release_consumer, round_to  # noqa: E402
+from ._triton_compat import (INTERPRET, pdl_options, release_consumer, round_to, rows_per_program,  # noqa: E402
+                             wait_for_producer)
 from .fast_linear import gemv_rows, linear, one_row_gemv_config  # noqa: E402
-from .glue import _rotate, rope_qkv_into_cache  # noqa: E402
+
+
+# ---------------------------------------------------------------------------------------------
+# RoPE and the KV-cache write fused: the prefill's (and any batch's) path
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _rotate(x1, x2, cos, sin):
+    """The two rotated halves, rounded at the same points as HF's ``q*cos + rotate_half(q)*sin``."""
+    dtype = x1.dtype
+    # transformers casts the fp32 tables to the activation dtype before multiplying.
+    c = round_to(cos, dtype).to(tl.float32)
+    s = round_to(sin, dtype).to(tl.float32)
+    a = x1.to(tl.float32)
+    b = x2.to(tl.float32)
+    # Each product is its own tensor op in torch, so it is rounded to the dtype before the add
+    # (rotate_half negates x2 first; negation is exact, so x1*c + (-x2)*s == x1*c - x2*s).
+    ac = round_to(a * c, dtype).to(tl.float32)
+    bs = round_to(b * s, dtype).to(tl.float32)
+    bc = round_to(b * c, dtype).to(tl.float32)
+    as_ = round_to(a * s, dtype).to(tl.float32)
+    return round_to(ac - bs, dtype), round_to(bc + as_, dtype)
+
+
+@triton.jit
+def _rope_heads(src_rows, dst_rows, row_mask, cos, sin,
+                HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, HEAD_DIM: tl.constexpr,
+                BLOCK_PASS: tl.constexpr, COPY_PASS: tl.constexpr, IN_PLACE: tl.constexpr):
+    """Rotate a (tokens, heads) tile of head rows from ``src_rows`` into ``dst_rows``.
+
+    src_rows / dst_rows are (BLOCK_T, BLOCK_H, 1) pointers to the start of each head row, row_mask
+    says which exist; cos / sin are the tokens' (BLOCK_T, 1, BLOCK_HALF) fp32 table rows. With
+    COPY_PASS the channels past rotary_dim are copied too (needed when dst is another buffer).
+    """
+    d = tl.arange(0, BLOCK_HALF)[None, None, :]
+    mask = row_mask & (d < HALF)
+    x1 = tl.load(src_rows + d, mask=mask)
+    x2 = tl.load(src_rows + HALF + d, mask=mask)
+    if IN_PLACE:
+        # A tile smaller than the program's threads is held by several threads at once; without this
+        # barrier one of them could store its result before another has loaded the original.
+        tl.debug_barrier()
+    out1, out2 = _rotate(x1, x2, cos, sin)
+    tl.store(dst_rows + d, out1, mask=mask)
+    tl.store(dst_rows + HALF + d, out2, mask=mask)
+    if COPY_PASS:
+        p = 2 * HALF + tl.arange(0, BLOCK_PASS)[None, None, :]
+        pass_mask = row_mask & (p < HEAD_DIM)
+        tl.store(dst_rows + p, tl.load(src_rows + p, mask=pass_mask), mask=pass_mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# Decoder: fused QKV output -> rotated q, rotated k and v written into the KV cache
+# --------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def rope_qkv_to_cache_kernel(qkv_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr,
+                             cache_pos_ptr, kv_start_ptr, n_q_heads, n_kv_heads, cache_len_max, T,
+                             stride_qkv_b, stride_qkv_t,
+                             stride_qo_b, stride_qo_t, stride_qo_h,
+                             stride_kc_b, stride_kc_h, stride_kc_t,
+                             stride_vc_b, stride_vc_h, stride_vc_t, stride_table,
+                             HEAD_DIM: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                             BLOCK_PASS: tl.constexpr, COPY_PASS: tl.constexpr,
+                             BLOCK_HQ: tl.constexpr, BLOCK_HKV: tl.constexpr, BLOCK_D: tl.constexpr,
+                             BLOCK_T: tl.constexpr, PDL: tl.constexpr):
+    release_consumer(PDL)
+    wait_for_producer(PDL)
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
+    b = tl.program_id(1)
+    token_mask = t < T
+    # cache_pos lives on the device so a captured CUDA graph can be replayed at every decode step.
+    slot = tl.load(cache_pos_ptr) + t
+    # transformers numbers the real tokens of a left-padded row from 0; pad tokens (negative) are
+    # clamped to 0, their keys are masked out anyway.
+    pos = tl.maximum(slot - tl.load(kv_start_ptr + b), 0)
+    d = tl.arange(0, BLOCK_HALF)[None, None, :]
+    cos = tl.load(cos_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
+    sin = tl.load(sin_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
+
+    row = qkv_ptr + b * stride_qkv_b + t * stride_qkv_t
+    # q heads: rows 0 .. Hq-1 of the fused output, rotated into q_out.
+    hq = tl.arange(0, BLOCK_HQ)[None, :, None]
+    _rope_heads(row + hq * HEAD_DIM, q_out_ptr + b * stride_qo_b + t * stride_qo_t + hq * stride_qo_h,
+                token_mask & (hq < n_q_heads), cos, sin, HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=HEAD_DIM,
+                BLOCK_PASS=BLOCK_PASS, COPY_PASS=COPY_PASS, IN_PLACE=False)
+    # A slot past the cache end would write out of bounds: drop it (the caller sized the cache).
+    in_cache = token_mask & (slot < cache_len_max)
+    # k heads: the next Hkv rows, rotated into the cache at this slot.
+    hk = tl.arange(0, BLOCK_HKV)[None, :, None]
+    _rope_heads(row + (n_q_heads + hk) * HEAD_DIM,
+                k_cache_ptr + b * stride_kc_b + slot * stride_kc_t + hk * stride_kc_h,
+                in_cache & (hk < n_kv_heads), cos, sin, HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=HEAD_DIM,
+                BLOCK_PASS=BLOCK_PASS, COPY_PASS=COPY_PASS, IN_PLACE=False)
+    # v heads: the last Hkv rows, copied unrotated.
+    e = tl.arange(0, BLOCK_D)[None, None, :]
+    v_mask = (hk < n_kv_heads) & (e < HEAD_DIM) & in_cache
+    v = tl.load(row + (n_q_heads + n_kv_heads + hk) * HEAD_DIM + e, mask=v_mask)
+    tl.store(v_cache_ptr + b * stride_vc_b + hk * stride_vc_h + slot * stride_vc_t + e, v, mask=v_mask)
+
+
+def rope_qkv_into_cache(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int,
+                        cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int,
+                        q_out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        cache_pos: torch.Tensor, kv_start: torch.Tensor) -> None:
+    """Split the fused projection qkv (B, T, (Hq + 2*Hkv) * D) [q heads, k heads, v heads].
+
+    Writes rotated q to q_out (B, T, Hq, D) and rotated k / raw v to k_cache / v_cache
+    (B, Hkv, Tmax, D) at slot cache_pos + t. cache_pos: int32 device tensor (1,). kv_start: int32 (B,)
+    left-padding count per row; token t of row b is rotated by position cache_pos + t - kv_start[b].
+    Nothing is read back to the host, so the launch can be captured in a CUDA graph.
+    """
+    B, T, width = qkv.shape
+    assert width == (num_q_heads + 2 * num_kv_heads) * head_dim and qkv.stride(2) == 1
+    assert q_out.shape == (B, T, num_q_heads, head_dim) and q_out.stride(3) == 1
+    assert k_cache.shape[:2] == (B, num_kv_heads) and k_cache.shape[3] == head_dim and k_cache.stride(3) == 1
+    assert v_cache.shape == k_cache.shape and v_cache.stride(3) == 1
+    assert cache_pos.dtype == torch.int32 and kv_start.dtype == torch.int32 and kv_start.shape == (B,)
+    half = rotary_dim // 2
+    assert rotary_dim % 2 == 0 and rotary_dim <= head_dim and cos.shape[1] == half and sin.stride() == cos.stride()
+    block_t = rows_per_program(T, (triton.next_power_of_2(num_q_heads) + triton.next_power_of_2(num_kv_heads))
+                                   * triton.next_power_of_2(head_dim))
+    rope_qkv_to_cache_kernel[(triton.cdiv(T, block_t), B)](
+        qkv, q_out, k_cache, v_cache, cos, sin, cache_pos, kv_start,
+        num_q_heads, num_kv_heads, k_cache.shape[2], T,
+        qkv.stride(0), qkv.stride(1),
+        q_out.stride(0), q_out.stride(1), q_out.stride(2),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), cos.stride(0),
+        HEAD_DIM=head_dim, HALF=half, BLOCK_HALF=triton.next_power_of_2(half),
+        BLOCK_PASS=triton.next_power_of_2(max(head_dim - rotary_dim, 1)), COPY_PASS=rotary_dim < head_dim,
+        BLOCK_HQ=triton.next_power_of_2(num_q_heads), BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
+        BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_T=block_t, num_warps=4, enable_fp_fusion=False,
+        **pdl_options(qkv.device),
+    )
 
 
 @triton.jit
@@ -77,7 +215,7 @@ def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weigh
 
     x: (B*T, H) rows. One token of one row with the whole head rotated (decode at batch 1) is one
     launch, qkv_rope_gemv_kernel (a power-of-two head); otherwise the RMSNorm-prologue linear() and
-    glue.rope_qkv_into_cache. precision: "tf32" or "ieee" for fp32 operands.
+    rope_qkv_into_cache. precision: "tf32" or "ieee" for fp32 operands.
     """
     B, T = q_out.shape[:2]
     if B * T != 1 or rotary_dim != head_dim or head_dim != triton.next_power_of_2(head_dim):

@@ -5,18 +5,10 @@
     softmax_inplace_kernel    P = softmax(S) row by row, in place
     attention_output_kernel   O = P V
 
-Each sits above its launcher (``attention_scores``, ``softmax_inplace``, ``attention_output``);
-below them, the two compositions the model calls:
-
-    encoder_attention(q, k, v, scale, out, precision)
-        the encoder's 20 heads over the whole 30 s window, no mask; the (windows, heads, 1500, 1500)
-        fp32 scores are normalised in place.
-    decoder_attention(q, k_cache, v_cache, scale, ..., precision)
-        the decoder over its KV cache, prefill (causal) and decode steps alike. GQA without copying
-        the cache: the batch axis of the launch runs over (row, kv head) and its head axis over the
-        query heads that share that kv head, whose k / v head stride is 0. The probabilities come
-        from softmax_kernel (layers.py), out of place; glue.mask_scores hides left padding and the
-        cache slots past the live length, so one launch shape serves every decode step (a CUDA graph).
+Each sits above its launcher (``attention_scores``, ``softmax_inplace``, ``attention_output``). The
+course model (glm_asr_common/model/course_model.py) composes them: encoder_attention (scores, in-place
+softmax, P·V over the whole 30 s window) and decoder_attention (scores, glue.mask_scores,
+softmax_kernel of layers.py, P·V over the KV cache; GQA by a 0 head stride, no copies).
 
 The (…, Tq, Tk) scores go to memory and come back three times: fused flash attention (the example's
 fast path) never writes them. That difference is worth measuring.
@@ -37,8 +29,6 @@ import triton.language as tl  # noqa: E402
 from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 
 from ._triton_compat import INTERPRET, dot, round_to, rows_per_program, warps_for_row  # noqa: E402
-from .glue import mask_scores  # noqa: E402
-from .layers import softmax  # noqa: E402
 
 
 @student_kernel("attention_scores_kernel", reference="glm_asr_triton_example.attention", guide="GUIDE.md#attention_scores_kernel")
@@ -170,48 +160,6 @@ def attention_output(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None 
         HEAD_DIM=D, INPUT_PRECISION=precision, **tiles,
     )
     return out
-
-
-# ==================================================================================================
-# The model's attention, from the three course kernels
-# ==================================================================================================
-
-
-def encoder_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, out: torch.Tensor, *,
-                      precision: str) -> torch.Tensor:
-    """softmax(q k^T * scale) v over every frame of each window: q, k, v, out (W, H, T, D) views."""
-    probs = softmax_inplace(attention_scores(q, k, scale, precision=precision))
-    return attention_output(probs, v, out, precision=precision)
-
-
-def _share_kv_heads(t: torch.Tensor, group: int) -> torch.Tensor:
-    """(B, Hkv, T, D) seen as (B * Hkv, group, T, D): each kv head repeated for its `group` query
-    heads through a head stride of 0 (nothing copied)."""
-    B, Hkv, T, D = t.shape
-    return t[:, :, None].expand(B, Hkv, group, T, D).flatten(0, 1)
-
-
-def decoder_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float, *,
-                      causal: bool, n_keys: int, kv_start: torch.Tensor, cache_pos: torch.Tensor,
-                      valid_len: torch.Tensor, precision: str) -> torch.Tensor:
-    """Attention of q (B, Hq, Tq, D), contiguous, over cache slots [0, n_keys) of k_cache / v_cache
-    (B, Hkv, Tmax, D). Returns (B, Hq, Tq, D), contiguous.
-
-    causal: prefill (query t sits in slot t, n_keys = Tq). Otherwise (decode) every slot up to the
-    cache's static length is scored and glue.mask_scores hides those at or past valid_len (int32
-    device tensor (1,)), so the launch shapes never change between steps. kv_start (int32 (B,)):
-    keys below it are left padding; cache_pos: the first query's slot (a query always sees itself).
-    """
-    B, Hq, Tq, D = q.shape
-    Hkv = k_cache.shape[1]
-    group = Hq // Hkv
-    q_groups = q.view(B * Hkv, group, Tq, D)
-    k = _share_kv_heads(k_cache[:, :, :n_keys], group)
-    v = _share_kv_heads(v_cache[:, :, :n_keys], group)
-    scores = attention_scores(q_groups, k, scale, causal, precision=precision)
-    mask_scores(scores.view(B, Hq, Tq, n_keys), kv_start, cache_pos, valid_len)
-    probs = softmax(scores)
-    return attention_output(probs, v, precision=precision).view(B, Hq, Tq, D)
 
 
 if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py

@@ -67,8 +67,8 @@ def conv1d_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, C_in, T_in, C_out, T_out,
     tl.store(out, round_to(y, out_ptr.dtype.element_ty), mask=mask)
 
 
-def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: int, *, gelu: bool, precision: str,
-           out: torch.Tensor | None = None) -> torch.Tensor:
+def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: int, *, precision: str,
+           gelu: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
     """conv1d(x, weight, bias, stride, padding=1), then GELU if ``gelu``, written time-major as
     (B, T_out, C_out). precision: "tf32" or "ieee" for fp32 operands.
 

@@ -2,28 +2,18 @@
 """Provided kernels of the course path that are not course work: data movement and the few bits of
 arithmetic that hold the model together. Each sits above its launcher.
 
-    add_kernel / add                   out = a + b (the residual adds)
-    mul_kernel / mul                   out = a * b (SwiGLU: silu(gate) * up)
-    embed_tokens_kernel / embed_tokens token embeddings, audio placeholders replaced by audio rows
-    rope_kernel / apply_rope           RoPE on q and k in place (the encoder's fused QKV output)
-    rope_qkv_to_cache_kernel / rope_qkv_into_cache
-                                       the decoder's fused QKV output split: rotated q to a buffer,
-                                       rotated k and raw v into the KV cache
-    mask_scores_kernel / mask_scores   -inf on the attention scores of keys a query must not see
-                                       (left padding, cache slots past the live length)
+    residual_add_kernel / residual_add     x += y (the residual stream, in place)
+    mul_kernel / mul                       out = a * b (SwiGLU: silu(gate) * up)
+    embed_tokens_kernel / embed_tokens     token embeddings, audio placeholders replaced by audio rows
+    token_positions_kernel / token_positions
+                                           RoPE positions of new tokens (left padding counted out)
+    kv_cache_write_kernel / write_kv_cache k and v heads of the fused QKV output into the KV cache
+    mask_scores_kernel / mask_scores       -inf on the attention scores of keys a query must not see
+                                           (left padding, cache slots past the live length)
     argmax_blocks_kernel, argmax_reduce_kernel / argmax_rows
-                                       greedy decoding's argmax, eos banned while a device flag says so
+                                           greedy decoding's argmax, eos banned while a device flag says so
 
-The example's fast path uses several of them too. RoPE follows transformers' "rotate_half"
-convention: for each head, the first ``rotary_dim`` channels split into x1 = x[d], x2 =
-x[d + rotary_dim/2] and
-
-    out1 = x1 * cos - x2 * sin          out2 = x2 * cos + x1 * sin
-
-with the tables of rope.py (the course's compute_freqs_kernel); channels past rotary_dim pass
-through. In bf16 every product and the sum are rounded where torch rounds them, and the rotation
-kernels are compiled with ``enable_fp_fusion=False``: otherwise the compiler contracts
-"round(x1*c) - round(x2*s)" into one fused multiply-add and skips a rounding that torch performs.
+The example's fast path uses several of them too.
 
 Self-check: python glm_asr_triton_template/glue.py  (without a GPU: the Triton interpreter)
 """
@@ -53,7 +43,7 @@ _ELEMENTWISE_BLOCK = 1 << 16 if INTERPRET else 2048
 
 
 @triton.jit
-def add_kernel(a_ptr, b_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+def residual_add_kernel(a_ptr, b_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements
     a = tl.load(a_ptr + offsets, mask=mask).to(tl.float32)
@@ -80,9 +70,9 @@ def _elementwise(kernel, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | N
     return out
 
 
-def add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """out = a + b, rounded once to out's dtype; out may be a (a residual stream updated in place)."""
-    return _elementwise(add_kernel, a, b, out)
+def residual_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x += y in place (the residual stream), rounded once to x's dtype; returns x."""
+    return _elementwise(residual_add_kernel, x, y, x)
 
 
 def mul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -143,238 +133,109 @@ def embed_tokens(
 
 
 # ---------------------------------------------------------------------------------------------
+# Positions and the KV cache
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def token_positions_kernel(first_slot_ptr, row_start_ptr, positions_ptr, T, BLOCK_T: tl.constexpr):
+    """positions[b, t] = max(first_slot + t - row_start[b], 0): transformers numbers the real tokens of
+    a left-padded row from 0; the padding tokens' (negative) positions are clamped, their keys are
+    masked anyway."""
+    b = tl.program_id(1)
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    position = tl.maximum(tl.load(first_slot_ptr) + t - tl.load(row_start_ptr + b), 0)
+    tl.store(positions_ptr + b * T + t, position, mask=t < T)
+
+
+def token_positions(first_slot: torch.Tensor, row_start: torch.Tensor, tokens: int) -> torch.Tensor:
+    """(B, tokens) int32 positions of tokens at cache slots first_slot + t of each row b, whose real
+    tokens start at slot row_start[b]. first_slot: int32 (1,), row_start: int32 (B,), both on the
+    device (a captured graph reads the current values)."""
+    batch = row_start.shape[0]
+    positions = torch.empty((batch, tokens), dtype=torch.int32, device=row_start.device)
+    block_t = min(triton.next_power_of_2(tokens), 1024)
+    token_positions_kernel[(triton.cdiv(tokens, block_t), batch)](first_slot, row_start, positions, tokens,
+                                                                 BLOCK_T=block_t)
+    return positions
+
+
+@triton.jit
+def kv_cache_write_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, first_slot_ptr, n_heads, T, cache_len,
+                          stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+                          stride_cb, stride_ch, stride_ct, HEAD_DIM: tl.constexpr,
+                          BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+    """k_cache[b, h, first_slot + t] = k[b, t, h] and the same for v: token-major heads of the fused
+    QKV output into the head-major cache; slots past the cache's end are dropped (the caller sizes
+    the cache). k_cache and v_cache share their strides."""
+    b = tl.program_id(1)
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
+    h = tl.arange(0, BLOCK_H)[None, :, None]
+    d = tl.arange(0, BLOCK_D)[None, None, :]
+    slot = tl.load(first_slot_ptr) + t
+    mask = (t < T) & (h < n_heads) & (d < HEAD_DIM) & (slot < cache_len)
+    cache = b * stride_cb + h * stride_ch + slot * stride_ct + d
+    tl.store(k_cache_ptr + cache, tl.load(k_ptr + b * stride_kb + t * stride_kt + h * stride_kh + d, mask=mask),
+             mask=mask)
+    tl.store(v_cache_ptr + cache, tl.load(v_ptr + b * stride_vb + t * stride_vt + h * stride_vh + d, mask=mask),
+             mask=mask)
+
+
+def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   first_slot: torch.Tensor) -> None:
+    """Copy k, v (B, T, Hkv, D) (views into the fused QKV output) to k_cache, v_cache (B, Hkv, Tmax, D)
+    at slots first_slot .. first_slot + T - 1. first_slot: int32 (1,) on the device; the caller sizes
+    the cache (first_slot + T <= Tmax)."""
+    B, T, H, D = k.shape
+    if (v.shape != k.shape or k_cache.shape[:2] != (B, H) or k_cache.shape[3] != D or v_cache.shape != k_cache.shape
+            or v_cache.stride() != k_cache.stride() or k.stride(3) != 1 or v.stride(3) != 1):
+        raise ValueError(f"write_kv_cache: k {tuple(k.shape)}, v {tuple(v.shape)} and caches "
+                         f"{tuple(k_cache.shape)}, {tuple(v_cache.shape)} do not fit")
+    block_h, block_d = triton.next_power_of_2(H), triton.next_power_of_2(D)
+    block_t = rows_per_program(T, block_h * block_d)
+    kv_cache_write_kernel[(triton.cdiv(T, block_t), B)](
+        k, v, k_cache, v_cache, first_slot, H, T, k_cache.shape[2], k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        HEAD_DIM=D, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d)
+
+
+# ---------------------------------------------------------------------------------------------
 # Attention masks on materialised scores
 # ---------------------------------------------------------------------------------------------
 
 
 @triton.jit
-def mask_scores_kernel(s_ptr, kv_start_ptr, cache_pos_ptr, valid_len_ptr, n_rows, n_heads, Tq, Tk, stride_sb,
-                       stride_sh, stride_sq, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
-    """Rows (b, h, i) of the scores: keys j outside [kv_start[b], valid_len) become -inf, except the
-    query's own slot cache_pos + i, so that a left-padding query still sees one key (itself) and its
-    softmax stays finite. The counters live on the device: a captured graph reads the current ones."""
+def mask_scores_kernel(s_ptr, row_start_ptr, first_slot_ptr, valid_len_ptr, n_rows, queries, Tk, stride_row,
+                       BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    """Rows r of one batch row's scores, query i = r % queries: keys j outside [row_start, valid_len)
+    become -inf, except the query's own slot first_slot + i, so that a left-padding query still sees
+    one key (itself) and its softmax stays finite. The counters live on the device: a captured graph
+    reads the current ones."""
     row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
-    b = row // (n_heads * Tq)
-    h = (row // Tq) % n_heads
-    i = row % Tq
-    lo = tl.load(kv_start_ptr + b, mask=row < n_rows, other=0)
+    lo = tl.load(row_start_ptr)
     hi = tl.load(valid_len_ptr)
-    own = tl.load(cache_pos_ptr) + i
-    s_row = s_ptr + b * stride_sb + h * stride_sh + i * stride_sq
+    own = tl.load(first_slot_ptr) + row % queries
     for start in range(0, Tk, BLOCK_N):
         j = start + tl.arange(0, BLOCK_N)[None, :]
         hidden = (row < n_rows) & (j < Tk) & ((j < lo) | (j >= hi)) & (j != own)
-        tl.store(s_row + j, tl.full((ROWS, BLOCK_N), float("-inf"), tl.float32), mask=hidden)
+        tl.store(s_ptr + row * stride_row + j, tl.full((ROWS, BLOCK_N), float("-inf"), tl.float32), mask=hidden)
 
 
-def mask_scores(scores: torch.Tensor, kv_start: torch.Tensor, cache_pos: torch.Tensor,
+def mask_scores(scores: torch.Tensor, row_start: torch.Tensor, first_slot: torch.Tensor,
                 valid_len: torch.Tensor) -> torch.Tensor:
-    """-inf in place on scores (B, H, Tq, Tk) where key j is outside [kv_start[b], valid_len) and is
-    not query i's own slot cache_pos + i. kv_start: int32 (B,); cache_pos, valid_len: int32 (1,)."""
-    B, H, Tq, Tk = scores.shape
-    if scores.stride(3) != 1 or kv_start.shape != (B,):
-        raise ValueError(f"mask_scores: scores {tuple(scores.shape)} / kv_start {tuple(kv_start.shape)}")
-    n_rows = B * H * Tq
-    block = min(triton.next_power_of_2(Tk), 4096)
-    per_program = rows_per_program(n_rows, block)
-    mask_scores_kernel[(triton.cdiv(n_rows, per_program),)](
-        scores, kv_start, cache_pos, valid_len, n_rows, H, Tq, Tk,
-        scores.stride(0), scores.stride(1), scores.stride(2), BLOCK_N=block, ROWS=per_program)
+    """-inf in place on the fp32 scores (..., Tq, Tk) of one batch row where key j is outside
+    [row_start, valid_len) and is not query i's own slot first_slot + i. row_start, first_slot,
+    valid_len: int32 (1,) device tensors."""
+    if scores.dtype != torch.float32 or not scores.is_contiguous():
+        raise ValueError("mask_scores: the scores must be a contiguous fp32 tensor")
+    queries, keys = scores.shape[-2:]
+    rows = scores.view(-1, keys)
+    block = min(triton.next_power_of_2(keys), 4096)
+    per_program = rows_per_program(rows.shape[0], block)
+    mask_scores_kernel[(triton.cdiv(rows.shape[0], per_program),)](
+        rows, row_start, first_slot, valid_len, rows.shape[0], queries, keys, rows.stride(0),
+        BLOCK_N=block, ROWS=per_program)
     return scores
-
-
-# ---------------------------------------------------------------------------------------------
-# Rotary position embeddings: the rotation (the tables come from rope.py)
-# ---------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _rotate(x1, x2, cos, sin):
-    """The two rotated halves, rounded at the same points as HF's ``q*cos + rotate_half(q)*sin``."""
-    dtype = x1.dtype
-    # transformers casts the fp32 tables to the activation dtype before multiplying.
-    c = round_to(cos, dtype).to(tl.float32)
-    s = round_to(sin, dtype).to(tl.float32)
-    a = x1.to(tl.float32)
-    b = x2.to(tl.float32)
-    # Each product is its own tensor op in torch, so it is rounded to the dtype before the add
-    # (rotate_half negates x2 first; negation is exact, so x1*c + (-x2)*s == x1*c - x2*s).
-    ac = round_to(a * c, dtype).to(tl.float32)
-    bs = round_to(b * s, dtype).to(tl.float32)
-    bc = round_to(b * c, dtype).to(tl.float32)
-    as_ = round_to(a * s, dtype).to(tl.float32)
-    return round_to(ac - bs, dtype), round_to(bc + as_, dtype)
-
-
-@triton.jit
-def _rope_heads(src_rows, dst_rows, row_mask, cos, sin,
-                HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, HEAD_DIM: tl.constexpr,
-                BLOCK_PASS: tl.constexpr, COPY_PASS: tl.constexpr, IN_PLACE: tl.constexpr):
-    """Rotate a (tokens, heads) tile of head rows from ``src_rows`` into ``dst_rows``.
-
-    src_rows / dst_rows are (BLOCK_T, BLOCK_H, 1) pointers to the start of each head row, row_mask
-    says which exist; cos / sin are the tokens' (BLOCK_T, 1, BLOCK_HALF) fp32 table rows. With
-    COPY_PASS the channels past rotary_dim are copied too (needed when dst is another buffer).
-    """
-    d = tl.arange(0, BLOCK_HALF)[None, None, :]
-    mask = row_mask & (d < HALF)
-    x1 = tl.load(src_rows + d, mask=mask)
-    x2 = tl.load(src_rows + HALF + d, mask=mask)
-    if IN_PLACE:
-        # A tile smaller than the program's threads is held by several threads at once; without this
-        # barrier one of them could store its result before another has loaded the original.
-        tl.debug_barrier()
-    out1, out2 = _rotate(x1, x2, cos, sin)
-    tl.store(dst_rows + d, out1, mask=mask)
-    tl.store(dst_rows + HALF + d, out2, mask=mask)
-    if COPY_PASS:
-        p = 2 * HALF + tl.arange(0, BLOCK_PASS)[None, None, :]
-        pass_mask = row_mask & (p < HEAD_DIM)
-        tl.store(dst_rows + p, tl.load(src_rows + p, mask=pass_mask), mask=pass_mask)
-
-
-def _tokens_per_program(T: int, elements_per_token: int) -> int:
-    """One token per program on a GPU (plenty of programs); the interpreter pays per program, so it
-    takes as many tokens as fit one block of Triton's largest size."""
-    if not INTERPRET:
-        return 1
-    return max(1, min(triton.next_power_of_2(T), MAX_BLOCK_NUMEL // elements_per_token))
-
-
-@triton.jit
-def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, n_heads, T,
-                stride_xb, stride_xt, stride_xh, stride_pb, stride_pt, stride_table,
-                HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
-                PDL: tl.constexpr):
-    # BLOCK_T tokens per program: each token's table row is loaded once and serves all of its heads.
-    release_consumer(PDL)
-    wait_for_producer(PDL)
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
-    b = tl.program_id(1)
-    h = tl.arange(0, BLOCK_H)[None, :, None]
-    d = tl.arange(0, BLOCK_HALF)[None, None, :]
-    token_mask = t < T
-    pos = tl.load(pos_ptr + b * stride_pb + t * stride_pt, mask=token_mask, other=0)
-    cos = tl.load(cos_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
-    sin = tl.load(sin_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
-    rows = x_ptr + b * stride_xb + t * stride_xt + h * stride_xh
-    _rope_heads(rows, rows, token_mask & (h < n_heads), cos, sin,
-                HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=2 * HALF,
-                BLOCK_PASS=1, COPY_PASS=False, IN_PLACE=True)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
-               rotary_dim: int) -> torch.Tensor:
-    """Rotate x (B, T, H, D) in place and return it.
-
-    x may be any view whose last dim is contiguous, e.g. the q and k heads of a fused QKV output
-    ``qkv[..., :2*H*D].view(B, T, 2*H, D)`` (q and k rotated by one launch). positions: integer
-    (B, T) for row-dependent positions, or (T,) shared by every row. Channels >= rotary_dim untouched.
-    """
-    assert x.dim() == 4 and x.stride(-1) == 1, "x must be (B, T, H, D) with a contiguous last dim"
-    B, T, H, D = x.shape
-    half = rotary_dim // 2
-    assert rotary_dim % 2 == 0 and rotary_dim <= D and cos.shape[1] == half and sin.stride() == cos.stride()
-    if positions.dim() == 1:
-        stride_pb, stride_pt = 0, positions.stride(0)
-    else:
-        stride_pb, stride_pt = positions.stride()
-    block_h = triton.next_power_of_2(H)
-    block_t = _tokens_per_program(T, block_h * triton.next_power_of_2(half))
-    rope_kernel[(triton.cdiv(T, block_t), B)](
-        x, cos, sin, positions, H, T,
-        x.stride(0), x.stride(1), x.stride(2), stride_pb, stride_pt, cos.stride(0),
-        HALF=half, BLOCK_HALF=triton.next_power_of_2(half), BLOCK_H=block_h, BLOCK_T=block_t,
-        num_warps=4 if block_h * rotary_dim >= 2048 else 2, enable_fp_fusion=False, **pdl_options(x.device),
-    )
-    return x
-
-
-# --------------------------------------------------------------------------------------------------
-# Decoder: fused QKV output -> rotated q, rotated k and v written into the KV cache
-# --------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def rope_qkv_to_cache_kernel(qkv_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr,
-                             cache_pos_ptr, kv_start_ptr, n_q_heads, n_kv_heads, cache_len_max, T,
-                             stride_qkv_b, stride_qkv_t,
-                             stride_qo_b, stride_qo_t, stride_qo_h,
-                             stride_kc_b, stride_kc_h, stride_kc_t,
-                             stride_vc_b, stride_vc_h, stride_vc_t, stride_table,
-                             HEAD_DIM: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
-                             BLOCK_PASS: tl.constexpr, COPY_PASS: tl.constexpr,
-                             BLOCK_HQ: tl.constexpr, BLOCK_HKV: tl.constexpr, BLOCK_D: tl.constexpr,
-                             BLOCK_T: tl.constexpr, PDL: tl.constexpr):
-    release_consumer(PDL)
-    wait_for_producer(PDL)
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
-    b = tl.program_id(1)
-    token_mask = t < T
-    # cache_pos lives on the device so a captured CUDA graph can be replayed at every decode step.
-    slot = tl.load(cache_pos_ptr) + t
-    # transformers numbers the real tokens of a left-padded row from 0; pad tokens (negative) are
-    # clamped to 0, their keys are masked out anyway.
-    pos = tl.maximum(slot - tl.load(kv_start_ptr + b), 0)
-    d = tl.arange(0, BLOCK_HALF)[None, None, :]
-    cos = tl.load(cos_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
-    sin = tl.load(sin_ptr + pos * stride_table + d, mask=token_mask & (d < HALF))
-
-    row = qkv_ptr + b * stride_qkv_b + t * stride_qkv_t
-    # q heads: rows 0 .. Hq-1 of the fused output, rotated into q_out.
-    hq = tl.arange(0, BLOCK_HQ)[None, :, None]
-    _rope_heads(row + hq * HEAD_DIM, q_out_ptr + b * stride_qo_b + t * stride_qo_t + hq * stride_qo_h,
-                token_mask & (hq < n_q_heads), cos, sin, HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=HEAD_DIM,
-                BLOCK_PASS=BLOCK_PASS, COPY_PASS=COPY_PASS, IN_PLACE=False)
-    # A slot past the cache end would write out of bounds: drop it (the caller sized the cache).
-    in_cache = token_mask & (slot < cache_len_max)
-    # k heads: the next Hkv rows, rotated into the cache at this slot.
-    hk = tl.arange(0, BLOCK_HKV)[None, :, None]
-    _rope_heads(row + (n_q_heads + hk) * HEAD_DIM,
-                k_cache_ptr + b * stride_kc_b + slot * stride_kc_t + hk * stride_kc_h,
-                in_cache & (hk < n_kv_heads), cos, sin, HALF=HALF, BLOCK_HALF=BLOCK_HALF, HEAD_DIM=HEAD_DIM,
-                BLOCK_PASS=BLOCK_PASS, COPY_PASS=COPY_PASS, IN_PLACE=False)
-    # v heads: the last Hkv rows, copied unrotated.
-    e = tl.arange(0, BLOCK_D)[None, None, :]
-    v_mask = (hk < n_kv_heads) & (e < HEAD_DIM) & in_cache
-    v = tl.load(row + (n_q_heads + n_kv_heads + hk) * HEAD_DIM + e, mask=v_mask)
-    tl.store(v_cache_ptr + b * stride_vc_b + hk * stride_vc_h + slot * stride_vc_t + e, v, mask=v_mask)
-
-
-def rope_qkv_into_cache(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, head_dim: int,
-                        cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int,
-                        q_out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                        cache_pos: torch.Tensor, kv_start: torch.Tensor) -> None:
-    """Split the fused projection qkv (B, T, (Hq + 2*Hkv) * D) [q heads, k heads, v heads].
-
-    Writes rotated q to q_out (B, T, Hq, D) and rotated k / raw v to k_cache / v_cache
-    (B, Hkv, Tmax, D) at slot cache_pos + t. cache_pos: int32 device tensor (1,). kv_start: int32 (B,)
-    left-padding count per row; token t of row b is rotated by position cache_pos + t - kv_start[b].
-    Nothing is read back to the host, so the launch can be captured in a CUDA graph.
-    """
-    B, T, width = qkv.shape
-    assert width == (num_q_heads + 2 * num_kv_heads) * head_dim and qkv.stride(2) == 1
-    assert q_out.shape == (B, T, num_q_heads, head_dim) and q_out.stride(3) == 1
-    assert k_cache.shape[:2] == (B, num_kv_heads) and k_cache.shape[3] == head_dim and k_cache.stride(3) == 1
-    assert v_cache.shape == k_cache.shape and v_cache.stride(3) == 1
-    assert cache_pos.dtype == torch.int32 and kv_start.dtype == torch.int32 and kv_start.shape == (B,)
-    half = rotary_dim // 2
-    assert rotary_dim % 2 == 0 and rotary_dim <= head_dim and cos.shape[1] == half and sin.stride() == cos.stride()
-    block_t = _tokens_per_program(T, (triton.next_power_of_2(num_q_heads) + triton.next_power_of_2(num_kv_heads))
-                                   * triton.next_power_of_2(head_dim))
-    rope_qkv_to_cache_kernel[(triton.cdiv(T, block_t), B)](
-        qkv, q_out, k_cache, v_cache, cos, sin, cache_pos, kv_start,
-        num_q_heads, num_kv_heads, k_cache.shape[2], T,
-        qkv.stride(0), qkv.stride(1),
-        q_out.stride(0), q_out.stride(1), q_out.stride(2),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), cos.stride(0),
-        HEAD_DIM=head_dim, HALF=half, BLOCK_HALF=triton.next_power_of_2(half),
-        BLOCK_PASS=triton.next_power_of_2(max(head_dim - rotary_dim, 1)), COPY_PASS=rotary_dim < head_dim,
-        BLOCK_HQ=triton.next_power_of_2(num_q_heads), BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
-        BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_T=block_t, num_warps=4, enable_fp_fusion=False,
-        **pdl_options(qkv.device),
-    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,13 +1,17 @@
 # Generated from glm_asr_triton_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
-"""The course's RoPE kernel for GLM-ASR, in Triton: the cos / sin tables of the rotary embeddings.
+"""The course's RoPE kernels for GLM-ASR, in Triton: the rotary tables and the rotation, each above
+its launcher.
 
     compute_freqs_kernel / rope_tables   cos[p, i] = cos(p * inv_freq[i]), sin likewise,
                                          inv_freq[i] = 1 / theta^(2i / rotary_dim)
+    apply_rope_kernel / apply_rope       q and k heads rotated in place by their positions' rows
 
-Run once per table when the model loads: the encoder's (1500 positions x 16, rotary_dim 32: the first
-half of each 64-wide head, "partial rotary") and the decoder's (max positions x 64, the whole 128-wide
-head). The rotation that reads them is provided glue (glue.py: rope_kernel for the encoder,
-rope_qkv_to_cache_kernel for the decoder).
+The tables are made once when the model loads: the encoder's (1500 positions x 16, rotary_dim 32:
+the first half of each 64-wide head, "partial rotary") and the decoder's (max positions x 64, the
+whole 128-wide head). The rotation runs in every layer, on the q and k heads inside the fused q|k|v
+projection output, transformers' "rotate_half" convention: for each head, x1 = channels [0, half),
+x2 = channels [half, rotary_dim), out1 = x1 cos - x2 sin, out2 = x2 cos + x1 sin, channels past
+rotary_dim untouched.
 
 Self-check: python glm_asr_triton_template/rope.py  (without a GPU: the Triton interpreter)
 """
@@ -24,7 +28,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 
-from ._triton_compat import INTERPRET  # noqa: E402
+from ._triton_compat import INTERPRET, round_to, rows_per_program  # noqa: E402
 
 
 @student_kernel("compute_freqs_kernel", reference="glm_asr_triton_example.rope", guide="GUIDE.md#compute_freqs_kernel")
@@ -58,6 +62,58 @@ def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tu
         ROTARY_DIM=rotary_dim, BLOCK_HALF=triton.next_power_of_2(half), BLOCK_P=block_p,
     )
     return cos, sin
+
+
+@student_kernel("apply_rope_kernel", reference="glm_asr_triton_example.rope", guide="GUIDE.md#apply_rope_kernel")
+def apply_rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, n_heads, T,
+                      stride_xb, stride_xt, stride_xh, stride_pb, stride_pt, stride_table,
+                      HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Rotate-half RoPE, in place, on channels [0, 2 * HALF) of every head of x:
+    x1' = x1 * cos - x2 * sin,  x2' = x2 * cos + x1 * sin,  x1 = channels [0, HALF),
+    x2 = channels [HALF, 2 * HALF), cos / sin = the table rows of each token's position.
+
+    x: (B, T, n_heads, D) given by its b / t / h strides, last dim contiguous (e.g. the q and k heads
+    of a fused q|k|v output), rotated in place, channels >= 2 * HALF untouched; cos_ptr, sin_ptr:
+    (max_positions, HALF) fp32 tables, row stride stride_table; pos_ptr: integer positions of token t
+    of row b at pos_ptr + b * stride_pb + t * stride_pt (stride_pb is 0 when every row shares them).
+    Grid: (cdiv(T, BLOCK_T), B); program (i, b) rotates tokens i*BLOCK_T .. i*BLOCK_T + BLOCK_T - 1 of
+    row b, all heads at once: a (BLOCK_T, BLOCK_H, BLOCK_HALF) tile of each half.
+    Masking: tokens >= T, heads >= n_heads and lanes >= HALF neither load nor store.
+    Hint: the positions are data: load each token's position, then its table row at
+    cos_ptr + pos * stride_table. Round like transformers in bf16 (round_to): the tables cast to x's
+    dtype, each of the four products rounded to it, then the difference / sum
+    (GUIDE.md#interpreter-traps). On a GPU a small tile is held by several threads at once, so put
+    tl.debug_barrier() between the loads and the in-place stores.
+    """
+    # TODO: write the body, then replace the @student_kernel(...) line with @triton.jit.
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+               rotary_dim: int) -> torch.Tensor:
+    """Rotate x (B, T, H, D) in place and return it.
+
+    x may be any view whose last dim is contiguous, e.g. the q and k heads of a fused QKV output
+    ``qkv[..., :2*H*D].view(B, T, 2*H, D)`` (q and k rotated by one launch). positions: integer
+    (B, T) for row-dependent positions, or (T,) shared by every row. Channels >= rotary_dim untouched.
+    """
+    if x.dim() != 4 or x.stride(-1) != 1:
+        raise ValueError(f"apply_rope: x must be (B, T, H, D) with a contiguous last dim, got {tuple(x.shape)}")
+    B, T, H, D = x.shape
+    half = rotary_dim // 2
+    if rotary_dim % 2 or not 0 < rotary_dim <= D or cos.shape[1] != half or sin.shape != cos.shape:
+        raise ValueError(f"apply_rope: rotary_dim {rotary_dim} does not fit head size {D} and tables "
+                         f"{tuple(cos.shape)}")
+    positions = positions.expand(B, T)
+    block_h, block_half = triton.next_power_of_2(H), triton.next_power_of_2(half)
+    block_t = rows_per_program(T, block_h * block_half)  # tokens per program, all heads of each
+    # No fused multiply-adds: "round(x1*c) - round(x2*s)" contracted into one FMA would skip a
+    # rounding that torch performs.
+    apply_rope_kernel[(triton.cdiv(T, block_t), B)](
+        x, cos, sin, positions, H, T, x.stride(0), x.stride(1), x.stride(2), positions.stride(0),
+        positions.stride(1), cos.stride(0), HALF=half, BLOCK_HALF=block_half, BLOCK_H=block_h, BLOCK_T=block_t,
+        num_warps=4 if block_h * rotary_dim >= 2048 else 2, enable_fp_fusion=False,
+    )
+    return x
 
 
 if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py

@@ -129,6 +129,22 @@ TRITON = [
     bug("compute_freqs_kernel", "rope", "cos / sin in fp32", ("angle64 = angle.to(tl.float64)", "angle64 = angle"),
         escapes_on_cpu="the interpreter's fp32 cos / sin (NumPy's) are accurate to an ulp at any angle; the GPU's "
                        "fast ones are not, and the GPU self-check's 8192-position table catches it"),
+    # apply_rope_kernel
+    bug("apply_rope_kernel", "rope", "rotation sign",
+        ("out1 = round_to(x1 * c, dtype).to(tl.float32) - round_to(x2 * s, dtype).to(tl.float32)",
+         "out1 = round_to(x1 * c, dtype).to(tl.float32) + round_to(x2 * s, dtype).to(tl.float32)")),
+    bug("apply_rope_kernel", "rope", "row positions ignored (row 0's for all)",
+        ("pos = tl.load(pos_ptr + b * stride_pb + t * stride_pt", "pos = tl.load(pos_ptr + t * stride_pt")),
+    bug("apply_rope_kernel", "rope", "products not rounded to bf16 one by one",
+        ("out1 = round_to(x1 * c, dtype).to(tl.float32) - round_to(x2 * s, dtype).to(tl.float32)",
+         "out1 = x1 * c - x2 * s"),
+        ("out2 = round_to(x2 * c, dtype).to(tl.float32) + round_to(x1 * s, dtype).to(tl.float32)",
+         "out2 = x2 * c + x1 * s")),
+    bug("apply_rope_kernel", "rope", "interleaved pairs instead of rotate-half",
+        ("x2 = tl.load(first + HALF, mask=mask, other=0.0)", "x2 = tl.load(first + 1, mask=mask, other=0.0)")),
+    bug("apply_rope_kernel", "rope", "every program on the first tokens",
+        ("t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]",
+         "t = tl.arange(0, BLOCK_T)[:, None, None]")),
 ]
 
 CUTILE = [

@@ -92,13 +92,17 @@ def test_storage_variants_match_transformers(track, variant, request, audio):
 @pytest.mark.parametrize("track", TRACKS)
 @torch.no_grad()
 def test_bfloat16_prefill_logits_close_to_transformers(track, tiny_ckpt, audio):
-    """bf16 rounds differently per kernel, so compare with transformers in bf16 at a bf16-sized
-    tolerance, and check that both sit equally far from the fp32 result."""
+    """bf16 rounds differently per kernel (and per CPU: torch's own bf16 sums change with the
+    instruction set), so judge against transformers' own bf16 error: the track's bf16 logits sit no
+    farther from transformers' bf16 ones than those sit from fp32 (two bf16 runs differ by no more
+    than bf16 itself errs), and no farther from fp32 than transformers' bf16 does."""
     model, ckpt = track_model(track, tiny_ckpt, "bf16")
     inputs = inputs_for(ckpt, [audio["short"]])
     logits = model.prefill_logits(inputs)
     assert logits.dtype == torch.bfloat16
     hf_bf16 = hf_model(tiny_ckpt, torch.bfloat16)(**hf_kwargs(inputs, torch.bfloat16)).logits
     hf_fp32 = hf_model(tiny_ckpt, torch.float32)(**hf_kwargs(inputs)).logits
-    assert rel_err(logits, hf_bf16) <= 3e-2
-    assert rel_err(logits, hf_fp32) <= 1.5 * rel_err(hf_bf16, hf_fp32) + 1e-2
+    bf16_error = rel_err(hf_bf16, hf_fp32)
+    assert 0 < bf16_error < 0.1, "degenerate comparison"
+    assert rel_err(logits, hf_bf16) <= bf16_error
+    assert rel_err(logits, hf_fp32) <= 1.5 * bf16_error + 1e-2

@@ -134,7 +134,7 @@ def test_benchmark_sbatch_logs_to_logs_folder(submitted, tiny_ckpt, tmp_path):
     finally:
         log.unlink(missing_ok=True)
     assert f"Job {job_id} on " in text and ": ./benchmark.sh glm_asr_scratch --device cpu" in text
-    assert "Ran: glm_asr_scratch, course path, precision tf32, cpu" in text
+    assert "Ran: glm_asr_scratch, course path, precision fp32, cpu" in text
     assert "Status: NOT CHECKED (no expected transcription given)" in text
 
 

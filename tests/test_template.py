@@ -88,9 +88,9 @@ def _example_copy(tmp_path, edit):
 
 @pytest.mark.parametrize("breakage, message", [
     (lambda s: _replace(s / "layers.py", "# <<< STUDENT KERNEL\n", "", count=1), "opens inside the rmsnorm_kernel"),
-    (lambda s: _replace(s / "rope.py", "# <<< STUDENT KERNEL\n", ""), "never closed"),
+    (lambda s: _replace(s / "rope.py", "# <<< STUDENT KERNEL\n", "", last=True), "never closed"),
     (lambda s: (_replace(s / "rope.py", "# >>> STUDENT KERNEL compute_freqs_kernel\n", ""),
-                _replace(s / "rope.py", "# <<< STUDENT KERNEL\n", "")), "not marked: compute_freqs_kernel"),
+                _replace(s / "rope.py", "# <<< STUDENT KERNEL\n", "", count=1)), "not marked: compute_freqs_kernel"),
     (lambda s: _replace(s / "layers.py", '    """Exact GELU', '    """Exact GELU', doc_strip="gelu_kernel"),
      "needs a docstring"),
     (lambda s: _replace(s / "attention.py", "# >>> STUDENT KERNEL softmax_inplace_kernel",
@@ -102,9 +102,12 @@ def test_template_generator_rejects_broken_markers(tmp_path, breakage, message):
         make_template.render(source_dir=src)
 
 
-def _replace(path, old, new, count=-1, doc_strip=None):
+def _replace(path, old, new, count=-1, doc_strip=None, last=False):
     text = path.read_text()
-    if doc_strip:  # drop the kernel's docstring
+    if last:  # only the last occurrence
+        head, _, tail = text.rpartition(old)
+        text = head + new + tail
+    elif doc_strip:  # drop the kernel's docstring
         start = text.index(f"def {doc_strip}(")
         a = text.index('    """', start)
         b = text.index('"""\n', a + 7) + 4

@@ -1,9 +1,10 @@
-"""Triton RoPE, conv stem and attention kernels against plain torch: the course path's attention
-(attention.py, with glue.mask_scores), the fast path's flash attention and decoding (fast_attention.py,
-fast_rope.py), and the glue both share (RoPE rotation, cache writes, the conv stem).
+"""The Triton fast path's attention inputs and attention against plain torch: RoPE fused with the
+KV-cache write and the q|k|v GEMV (fast_rope.py), flash attention and decoding (fast_attention.py),
+and the conv stem both paths share (conv.py). The course kernels and the course model's attention:
+tests/test_course_kernels.py and tests/test_course_model.py.
 
-References: transformers' rotate_half / apply_rotary_pos_emb and rotary tables re-written in torch,
-torch.nn.functional.conv1d + gelu, and softmax attention with masks in float64. Without a GPU the
+References: glm_asr_common.reference.torch_ops (transformers' RoPE and softmax attention with masks
+in float64), torch.nn.functional.conv1d + gelu. Without a GPU the
 kernels run in Triton's interpreter, hence the small shapes; head sizes include ones that are not a
 power of two (24, 40, 80, 96: padded and masked inside the kernels). Every output buffer is filled
 with NaN before the launch, so an element the kernel forgets to write fails the test. fp32 runs as
@@ -19,11 +20,10 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
-from glm_asr_triton_example.attention import decoder_attention, encoder_attention  # noqa: E402
+from glm_asr_common.reference import torch_ops  # noqa: E402
 from glm_asr_triton_example.conv import conv1d  # noqa: E402
 from glm_asr_triton_example.fast_attention import decode_attention, flash_attention  # noqa: E402
-from glm_asr_triton_example.fast_rope import project_qkv_into_cache  # noqa: E402
-from glm_asr_triton_example.glue import apply_rope, rope_qkv_into_cache  # noqa: E402
+from glm_asr_triton_example.fast_rope import project_qkv_into_cache, rope_qkv_into_cache  # noqa: E402
 from glm_asr_triton_example.rope import rope_tables  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -41,92 +41,21 @@ def nan_like(shape, dtype):
     return torch.full(shape, float("nan"), dtype=dtype, device=DEV)
 
 
-# --------------------------------------------------------------------------------------------------
-# transformers' RoPE, in torch
-# --------------------------------------------------------------------------------------------------
-
-
-def hf_inv_freq(rotary_dim, theta):
-    """compute_default_rope_parameters: built on the CPU (its default device), then moved."""
-    return (1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim))).to(DEV)
-
-
-def hf_tables(positions, rotary_dim, theta, dtype):
-    """GlmAsrRotaryEmbedding.forward: cos, sin (B, T, rotary_dim) for integer positions (B, T)."""
-    inv_freq = hf_inv_freq(rotary_dim, theta)
-    freqs = (inv_freq[None, :, None].expand(positions.shape[0], -1, 1) @ positions[:, None, :].float()).transpose(1, 2)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def rotate_half(x):
-    x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def hf_rope(x, cos, sin):
-    """apply_rotary_pos_emb (partial rotary) for x (B, T, H, D), cos / sin (B, T, rotary_dim)."""
-    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
-    rotary_dim = cos.shape[-1]
-    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
-    return torch.cat([x_rot * cos + rotate_half(x_rot) * sin, x_pass], dim=-1)
+def hf_rope(x, positions, rotary_dim, dtype):
+    """transformers' RoPE of x (B, T, H, D) at integer positions (B, T), in x's dtype."""
+    cos, sin = torch_ops.rope_tables(positions.reshape(-1), rotary_dim, 10000.0)
+    shape = (*positions.shape, rotary_dim // 2)
+    return torch_ops.rope(x, cos.view(shape), sin.view(shape), rotary_dim)
 
 
 def half_tables(positions_max, rotary_dim, theta):
     """The (P, rotary_dim/2) fp32 tables the kernels take, built by transformers' formula."""
-    freqs = torch.arange(positions_max, device=DEV).float()[:, None] * hf_inv_freq(rotary_dim, theta)[None, :]
-    return freqs.cos(), freqs.sin()
+    return torch_ops.rope_tables(torch.arange(positions_max, device=DEV), rotary_dim, theta)
 
 
 # --------------------------------------------------------------------------------------------------
 # RoPE: the course tables (rope.py), the rotation and cache writes (glue.py, fast_rope.py)
 # --------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("heads,head_dim,rotary_dim", [(3, 16, 8), (3, 16, 16), (5, 64, 32), (2, 128, 128)])
-@pytest.mark.parametrize("per_row", [False, True])
-@pytest.mark.parametrize("T", [1, 17])
-def test_apply_rope(dtype, heads, head_dim, rotary_dim, per_row, T):
-    B = 2
-    # x is the q part of a fused (B, T, 3*H*D) projection output: strided rows.
-    qkv = torch.randn(B, T, 3 * heads * head_dim, device=DEV).to(dtype)
-    before = qkv.clone()
-    x = qkv[..., : heads * head_dim].view(B, T, heads, head_dim)
-    if per_row:
-        positions = torch.arange(T, device=DEV)[None, :] + torch.tensor([[0], [37]], device=DEV)
-        positions = positions.to(torch.int32)
-    else:
-        positions = torch.arange(T, device=DEV) + 5
-    pos_bt = positions if per_row else positions[None].expand(B, -1)
-    cos, sin = half_tables(64, rotary_dim, 10000.0)
-    ref = hf_rope(before[..., : heads * head_dim].view(B, T, heads, head_dim), *hf_tables(pos_bt, rotary_dim, 10000.0, dtype))
-
-    got = apply_rope(x, cos, sin, positions, rotary_dim)
-    assert got.data_ptr() == x.data_ptr()
-    if dtype == torch.bfloat16:
-        # Every bf16 rounding point of transformers is reproduced: bit-exact.
-        assert torch.equal(got, ref)
-    else:
-        assert rel_err(got, ref) < 1e-6
-    # Channels past rotary_dim and the k / v parts of the fused buffer are untouched.
-    assert torch.equal(qkv[..., heads * head_dim:], before[..., heads * head_dim:])
-    assert torch.equal(x[..., rotary_dim:], before[..., : heads * head_dim].view(B, T, heads, head_dim)[..., rotary_dim:])
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_apply_rope_q_and_k_with_kernel_tables(dtype):
-    """Encoder use: q and k heads of the fused output rotated by one launch, tables from rope_tables."""
-    B, T, H, D, R = 2, 33, 4, 64, 32
-    qkv = torch.randn(B, T, 3 * H * D, device=DEV).to(dtype)
-    before = qkv.clone()
-    cos, sin = rope_tables(T, R, 10000.0, DEV)
-    positions = torch.arange(T, device=DEV)
-    apply_rope(qkv[..., : 2 * H * D].view(B, T, 2 * H, D), cos, sin, positions, R)
-    ref = hf_rope(before[..., : 2 * H * D].view(B, T, 2 * H, D), *hf_tables(positions[None].expand(B, -1), R, 10000.0, dtype))
-    assert rel_err(qkv[..., : 2 * H * D].view(B, T, 2 * H, D), ref) < (1e-6 if dtype == torch.float32 else 8e-3)
-    assert torch.equal(qkv[..., 2 * H * D:], before[..., 2 * H * D:])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -146,10 +75,9 @@ def test_rope_qkv_into_cache(dtype, n_q, n_kv, head_dim, rotary_dim, T, cache_po
     # transformers: position_ids = cumsum(attention_mask) - 1, pads clamped to 0.
     slots = cache_pos + torch.arange(T, device=DEV)
     positions = (slots[None, :] - kv_start[:, None]).clamp_min(0)
-    cos_ref, sin_ref = hf_tables(positions, rotary_dim, 10000.0, dtype)
     q, k, v = qkv.split([n_q * head_dim, n_kv * head_dim, n_kv * head_dim], dim=-1)
-    q_ref = hf_rope(q.view(B, T, n_q, head_dim), cos_ref, sin_ref)
-    k_ref = hf_rope(k.view(B, T, n_kv, head_dim), cos_ref, sin_ref).transpose(1, 2)
+    q_ref = hf_rope(q.view(B, T, n_q, head_dim), positions, rotary_dim, dtype)
+    k_ref = hf_rope(k.view(B, T, n_kv, head_dim), positions, rotary_dim, dtype).transpose(1, 2)
     v_ref = v.view(B, T, n_kv, head_dim).transpose(1, 2)
     live = slice(cache_pos, cache_pos + T)
     if dtype == torch.bfloat16:
@@ -192,11 +120,10 @@ def test_project_qkv_into_cache(dtype, B, T, n_q, n_kv, head_dim, rotary_dim):
     normed = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
     qkv = ((norm_weight * normed).double() @ weight.double().T).to(dtype).view(B, T, -1)
     positions = (cache_pos + torch.arange(T, device=DEV)[None, :] - kv_start[:, None]).clamp_min(0)
-    cos_ref, sin_ref = hf_tables(positions, rotary_dim, 10000.0, dtype)
     q, k, v = qkv.split([n_q * head_dim, n_kv * head_dim, n_kv * head_dim], dim=-1)
     live = slice(cache_pos, cache_pos + T)
-    refs = [(q_out, hf_rope(q.view(B, T, n_q, head_dim), cos_ref, sin_ref)),
-            (k_cache[:, :, live], hf_rope(k.view(B, T, n_kv, head_dim), cos_ref, sin_ref).transpose(1, 2)),
+    refs = [(q_out, hf_rope(q.view(B, T, n_q, head_dim), positions, rotary_dim, dtype)),
+            (k_cache[:, :, live], hf_rope(k.view(B, T, n_kv, head_dim), positions, rotary_dim, dtype).transpose(1, 2)),
             (v_cache[:, :, live], v.view(B, T, n_kv, head_dim).transpose(1, 2))]
     for got, ref in refs:
         assert rel_err(got, ref) < (1e-5 if dtype == torch.float32 else 2e-2)
@@ -242,71 +169,6 @@ def test_conv1d(dtype, c_in, c_out, t_in, stride, time_major, gelu):
 # --------------------------------------------------------------------------------------------------
 
 
-def ref_attention(q, k, v, scale, causal=False, kv_start=None):
-    """float64 softmax attention; q (B, Hq, Tq, D), k / v (B, Hkv, Tk, D). Rows with no visible key -> 0."""
-    q, k, v = q.double(), k.double(), v.double()
-    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-    v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    s = q @ k.transpose(-1, -2) * scale
-    Tq, Tk = s.shape[-2:]
-    keys = torch.arange(Tk, device=DEV)
-    visible = torch.ones(q.shape[0], 1, Tq, Tk, dtype=torch.bool, device=DEV)
-    if causal:
-        visible &= keys[None, None, None, :] <= torch.arange(Tq, device=DEV)[None, None, :, None]
-    if kv_start is not None:
-        visible &= keys[None, None, None, :] >= kv_start.long()[:, None, None, None]
-    return torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0) @ v
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("W,H,T,D", [(1, 2, 1, 16), (2, 3, 17, 64), (1, 2, 75, 24), (1, 1, 70, 40), (1, 2, 33, 80),
-                                     (1, 1, 20, 96)])
-def test_course_encoder_attention(dtype, W, H, T, D):
-    """The course path's encoder attention: q, k, v views into one fused (W, T, 3*H*D) output, the
-    result written token-major through a permuted view of the o_proj input buffer."""
-    qkv = torch.randn(W, T, 3, H, D, device=DEV).to(dtype)
-    q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
-    out = nan_like((W, T, H, D), dtype)
-    encoder_attention(q, k, v, D ** -0.5, out.transpose(1, 2), precision=IEEE)
-    assert rel_err(out.transpose(1, 2), ref_attention(q, k, v, D ** -0.5)) < TOL[dtype]
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("T,Hq,Hkv,D,kv_start", [(1, 2, 2, 16, [0, 0]), (17, 4, 2, 16, [0, 5]), (33, 8, 2, 24, [3, 0]),
-                                                 (20, 4, 1, 80, [0, 9])])
-def test_course_decoder_attention_prefill(dtype, T, Hq, Hkv, D, kv_start):
-    """Prefill through the three course kernels: causal, GQA by a zero head stride, left padding
-    masked by glue.mask_scores (a padding query sees only itself, so nothing is NaN)."""
-    B, Tmax = 2, T + 9
-    q = torch.randn(B, Hq, T, D, device=DEV).to(dtype)
-    k_cache, v_cache = (torch.randn(B, Hkv, Tmax, D, device=DEV).to(dtype) for _ in range(2))
-    starts = torch.tensor(kv_start, dtype=torch.int32, device=DEV)
-    counters = torch.tensor([0, T], dtype=torch.int32, device=DEV)
-    got = decoder_attention(q, k_cache, v_cache, D ** -0.5, causal=True, n_keys=T, kv_start=starts,
-                            cache_pos=counters[:1], valid_len=counters[1:], precision=IEEE)
-    ref = ref_attention(q, k_cache[:, :, :T], v_cache[:, :, :T], D ** -0.5, causal=True, kv_start=starts)
-    assert torch.isfinite(got).all()
-    for b, start in enumerate(kv_start):  # real queries: transformers' attention; padding queries: themselves
-        assert rel_err(got[b, :, start:], ref[b, :, start:]) < TOL[dtype]
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("Hq,Hkv,D", [(2, 2, 16), (4, 2, 64), (8, 2, 40)])
-@pytest.mark.parametrize("valid", [1, 17, 40])
-def test_course_decoder_attention_decode(dtype, Hq, Hkv, D, valid):
-    """One decode token scored against every slot of a 48-slot cache: slots at or past the live length
-    (holding stale values) and the left padding are masked on the device."""
-    B, Tmax = 2, 48
-    kv_start = torch.tensor([0, min(3, valid - 1)], dtype=torch.int32, device=DEV)
-    q = torch.randn(B, Hq, 1, D, device=DEV).to(dtype)
-    k_cache, v_cache = (torch.randn(B, Hkv, Tmax, D, device=DEV).to(dtype) for _ in range(2))
-    counters = torch.tensor([valid - 1, valid], dtype=torch.int32, device=DEV)
-    got = decoder_attention(q, k_cache, v_cache, D ** -0.5, causal=False, n_keys=Tmax, kv_start=kv_start,
-                            cache_pos=counters[:1], valid_len=counters[1:], precision=IEEE)
-    ref = ref_attention(q, k_cache[:, :, :valid], v_cache[:, :, :valid], D ** -0.5, kv_start=kv_start)
-    assert rel_err(got, ref) < TOL[dtype]
-
-
 def _check_flash(got, ref, dtype, out):
     assert got is out and got.is_contiguous()
     assert torch.isfinite(got).all()
@@ -323,7 +185,7 @@ def test_flash_attention_encoder(dtype, B, T, H, D):
     scale = D ** -0.5
     out = nan_like((B, T, H, D), dtype)
     got = flash_attention(q, k, v, scale, causal=False, precision=IEEE, out=out)
-    ref = ref_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale).transpose(1, 2)
+    ref = torch_ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale).transpose(1, 2)
     _check_flash(got, ref, dtype, out)
 
 
@@ -341,7 +203,7 @@ def test_flash_attention_cross_lengths(dtype, Tq, Tk, Hq, Hkv, D, kv_start):
     scale = D ** -0.5
     out = nan_like((B, Tq, Hq, D), dtype)
     got = flash_attention(q, k, v, scale, causal=False, precision=IEEE, kv_start=starts, out=out)
-    ref = ref_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, kv_start=starts).transpose(1, 2)
+    ref = torch_ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, kv_start=starts).transpose(1, 2)
     _check_flash(got, ref, dtype, out)
 
 
@@ -372,7 +234,7 @@ def test_flash_attention_prefill_from_cache(dtype, T, Hq, Hkv, D, kv_start):
     out = nan_like((B, T, Hq, D), dtype)
     got = flash_attention(q, k_cache, v_cache, scale, causal=True, precision=IEEE, kv_start=starts, out=out,
                           kv_layout="bhtd")
-    ref = ref_attention(q.transpose(1, 2), k_cache[:, :, :T], v_cache[:, :, :T], scale, causal=True,
+    ref = torch_ops.attention(q.transpose(1, 2), k_cache[:, :, :T], v_cache[:, :, :T], scale, causal=True,
                         kv_start=starts).transpose(1, 2)
     _check_flash(got, ref, dtype, out)
     # Left-padding queries see no key at all: zeros, never NaN.
@@ -391,7 +253,7 @@ def test_flash_attention_long_causal(dtype):
     scale = D ** -0.5
     out = nan_like((B, T, Hq, D), dtype)
     got = flash_attention(q, k, v, scale, causal=True, precision=IEEE, kv_start=starts, out=out)
-    ref = ref_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, causal=True,
+    ref = torch_ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, causal=True,
                         kv_start=starts).transpose(1, 2)
     _check_flash(got, ref, dtype, out)
 
@@ -407,7 +269,7 @@ def test_decode_attention(dtype, Hq, Hkv, D, cache_len, split_size):
     q = torch.randn(B, 1, (Hq + 2 * Hkv) * D, device=DEV).to(dtype)[..., : Hq * D].view(B, 1, Hq, D)
     k_cache = torch.randn(B, Hkv, Tmax, D, device=DEV).to(dtype)
     v_cache = torch.randn(B, Hkv, Tmax, D, device=DEV).to(dtype)
-    ref = ref_attention(q.transpose(1, 2), k_cache[:, :, :cache_len], v_cache[:, :, :cache_len], scale := D ** -0.5,
+    ref = torch_ops.attention(q.transpose(1, 2), k_cache[:, :, :cache_len], v_cache[:, :, :cache_len], scale := D ** -0.5,
                         kv_start=kv_start).transpose(1, 2)
     # Slots past cache_len and the left padding must never be read: poison them.
     for cache in (k_cache, v_cache):
@@ -450,10 +312,10 @@ def test_decode_step_cuda_graph_replay():
         cache_pos.fill_(pos)
         cache_len.fill_(pos + 1)
         graph.replay()
-        ref = ref_attention(q_out.transpose(1, 2), k_cache[:, :, : pos + 1], v_cache[:, :, : pos + 1], D ** -0.5,
-                            kv_start=kv_start).transpose(1, 2)
+        ref = torch_ops.attention(q_out.transpose(1, 2), k_cache[:, :, : pos + 1], v_cache[:, :, : pos + 1],
+                                  D ** -0.5, kv_start=kv_start).transpose(1, 2)
         assert rel_err(out, ref) < TOL[dtype]
         # The step wrote this token's k into slot pos.
         k_new = qkv[..., Hq * D: (Hq + Hkv) * D].view(B, 1, Hkv, D)
         positions = (pos - kv_start).clamp_min(0)[:, None]
-        assert torch.equal(k_cache[:, :, pos: pos + 1], hf_rope(k_new, *hf_tables(positions, D, 10000.0, dtype)).transpose(1, 2))
+        assert torch.equal(k_cache[:, :, pos: pos + 1], hf_rope(k_new, positions, D, dtype).transpose(1, 2))

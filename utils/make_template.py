@@ -15,7 +15,7 @@ between ``# >>> STUDENT KERNEL name`` and ``# <<< STUDENT KERNEL`` (a kernel wit
 decorated ``@triton.jit`` in the Triton track, ``@ct.kernel`` in the cuTile track) becomes, in the
 template, the same signature and docstring under ``@student_kernel(...)`` with a TODO instead of
 the body: launching it raises a KernelTodo naming the kernel, its file and its GUIDE.md section
-(glm_asr_common/course/todo_kernels.py). The marked kernels must be exactly the example's STUDENT_KERNELS.
+(glm_asr_common/course/todo_kernels.py). The marked kernels must be exactly the course model's COURSE_KERNELS (every track's STUDENT_KERNELS).
 The template's README.md comes from utils/ (template_README.md, cutile_template_README.md); the
 example's own README.md, its fast path (fast_*.py) and the CuPy baseline (cupy_*.py) are not copied.
 """
@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from glm_asr_common.model.course_model import COURSE_KERNELS  # noqa: E402
 START = re.compile(r"^# >>> STUDENT KERNEL (\w+)\s*$")
 END = "# <<< STUDENT KERNEL"
 IMPORT_LINE = "from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402"
@@ -82,15 +84,6 @@ def track_of(folder: str) -> Track:
 
 class TemplateError(Exception):
     pass
-
-
-def student_kernels(source_dir: Path) -> tuple[str, ...]:
-    """STUDENT_KERNELS of the source package, read without importing it."""
-    tree = ast.parse((source_dir / "__init__.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "STUDENT_KERNELS" for t in node.targets):
-            return tuple(ast.literal_eval(node.value))
-    raise TemplateError(f"{source_dir.name}/__init__.py defines no STUDENT_KERNELS")
 
 
 def _todo_region(region: list[str], name: str, where: str, module: str, track: Track) -> list[str]:
@@ -162,7 +155,7 @@ def render(package: str | None = None, filled: bool = False, source_dir: Path | 
     chosen = TRACKS[track] if track else track_of(source_dir.name) if source_dir else TRACKS["triton"]
     source_dir = source_dir or REPO / chosen.source
     package = package or chosen.template
-    expected = student_kernels(source_dir)
+    expected = COURSE_KERNELS
     found: dict[str, str] = {}
     files: dict[str, str] = {}
     for path in sorted(source_dir.rglob("*")):
@@ -176,7 +169,7 @@ def render(package: str | None = None, filled: bool = False, source_dir: Path | 
     missing = [n for n in expected if n not in found]
     extra = [n for n in found if n not in expected]
     if missing or extra:
-        raise TemplateError("the STUDENT KERNEL markers do not match STUDENT_KERNELS: "
+        raise TemplateError("the STUDENT KERNEL markers do not match COURSE_KERNELS: "
                             + "; ".join(filter(None, [missing and f"not marked: {', '.join(missing)}",
                                                       extra and f"marked but not listed: {', '.join(extra)}"])))
     if not filled:

@@ -23,7 +23,7 @@ where the self-check also times them.
 
 The launchers are the tracks' shared API: ``layers.rmsnorm(x, w, eps)``, ``layers.linear_tf32(x, w,
 b, precision=)``, ``attention.attention_scores(q, k, scale, causal, precision=)`` and so on: a case
-calls ``ops.layers.rmsnorm``, whichever track ``ops`` holds. References are plain torch in float64,
+calls ``ops.rmsnorm``, whichever track ``ops`` holds. References are plain torch in float64,
 written here from the formulas, not from either track's code.
 """
 
@@ -34,6 +34,7 @@ from typing import Callable
 
 import torch
 
+from ..model import course_model
 from ..reference import torch_ops
 
 FP32, BF16 = torch.float32, torch.bfloat16
@@ -233,7 +234,7 @@ def _rmsnorm(n, width, dtype=FP32, *, scale=2.0, strided=False, eps=1e-5):
     def build(ops, inputs):
         x = inputs.rows(n, width, dtype, strided=strided, scale=scale)
         w = inputs.randn(width, dtype=dtype, shift=1.0)
-        return lambda: ops.layers.rmsnorm(x, w, eps), lambda: rmsnorm_reference(x, w, eps)
+        return lambda: ops.rmsnorm(x, w, eps), lambda: rmsnorm_reference(x, w, eps)
     return build
 
 
@@ -259,7 +260,7 @@ def _layernorm(n, width, dtype=FP32, *, shift=0.5, strided=False, eps=1e-5):
     def build(ops, inputs):
         x = inputs.rows(n, width, dtype, strided=strided, scale=2.0, shift=shift)
         w, b = inputs.randn(width, dtype=dtype, shift=1.0), inputs.randn(width, dtype=dtype)
-        return lambda: ops.layers.layernorm(x, w, b, eps), lambda: layernorm_reference(x, w, b, eps)
+        return lambda: ops.layernorm(x, w, b, eps), lambda: layernorm_reference(x, w, b, eps)
     return build
 
 
@@ -294,7 +295,7 @@ def _activation(kernel, shape, dtype=FP32, *, scale=3.0, shift=0.0, extremes=Fal
         x = inputs.randn(*shape, dtype=dtype, scale=scale, shift=shift)
         if extremes:  # exp(-x) overflows at one end and vanishes at the other
             x.view(-1)[:6] = torch.tensor([-1e4, -120.0, -20.0, 20.0, 90.0, 1e4], dtype=dtype)
-        return lambda: getattr(ops.layers, launcher)(x), lambda: elementwise_reference(reference, x)
+        return lambda: getattr(ops, launcher)(x), lambda: elementwise_reference(reference, x)
     return build
 
 
@@ -327,7 +328,7 @@ def _linear(M, N, K, dtype=FP32, *, bias=True, precision="ieee", strided=False):
         x = inputs.rows(M, K, dtype, strided=strided)
         w = inputs.randn(N, K, dtype=dtype, scale=K ** -0.5)
         b = inputs.randn(N, dtype=dtype) if bias else None
-        return (lambda: ops.layers.linear_tf32(x, w, b, precision=precision),
+        return (lambda: ops.linear_tf32(x, w, b, precision=precision),
                 lambda: linear_reference(x, w, b))
     return build
 
@@ -363,7 +364,7 @@ case("linear_kernel_tf32", "layers", "decode gate|up size", "1x2048 -> 12288 bf1
 def _softmax(n, width, dtype=FP32, *, scale=3.0, strided=False):
     def build(ops, inputs):
         x = inputs.rows(n, width, dtype, strided=strided, scale=scale)
-        return lambda: ops.layers.softmax(x), lambda: elementwise_reference(lambda t: torch.softmax(t, -1), x)
+        return lambda: ops.softmax(x), lambda: elementwise_reference(lambda t: torch.softmax(t, -1), x)
     return build
 
 
@@ -394,7 +395,7 @@ def _scores(B, H, Tq, Tk, D, dtype=FP32, *, causal=False, kv_heads=None, precisi
             shared = inputs.heads(B, kv_heads, Tk, D, dtype)[1]
             k = shared[:, :, None].expand(B, kv_heads, H // kv_heads, Tk, D).flatten(1, 2)
         scale = D ** -0.5
-        return (lambda: ops.attention.attention_scores(q, k, scale, causal, precision=precision),
+        return (lambda: ops.attention_scores(q, k, scale, causal, precision=precision),
                 lambda: scores_reference(q, k, scale, causal))
     return build
 
@@ -424,7 +425,7 @@ def _softmax_inplace(B, H, Tq, Tk, *, scale=3.0, causal=False):
         if causal:
             s = s.masked_fill(~torch.ones(Tq, Tk, dtype=torch.bool, device=s.device).tril(), NEG_INF)
         work = torch.empty_like(s)
-        return lambda: ops.attention.softmax_inplace(work.copy_(s)), lambda: torch.softmax(s.double(), -1)
+        return lambda: ops.softmax_inplace(work.copy_(s)), lambda: torch.softmax(s.double(), -1)
     return build
 
 
@@ -452,7 +453,7 @@ def _output(B, H, Tq, Tk, D, dtype=FP32, *, token_major=False, precision="ieee")
         # The model writes into a token-major (B, Tq, H, D) buffer seen as (B, H, Tq, D).
         out = (torch.full((B, Tq, H, D), float("nan"), dtype=dtype, device=v.device).permute(0, 2, 1, 3)
                if token_major else None)
-        return (lambda: ops.attention.attention_output(p, v, out, precision=precision),
+        return (lambda: ops.attention_output(p, v, out, precision=precision),
                 lambda: output_reference(p, v))
     return build
 
@@ -474,28 +475,54 @@ case("attention_output_kernel", "attention", "encoder window", "(1, 20, 1500, 15
 # ---- the model's attention, from the three kernels (attention.py) ----
 
 
-@case("encoder_attention", "attention", "the three kernels composed, no mask", "(1, 3, 75, 64) bf16", Close(2e-2))
-def _encoder_attention(ops, inputs):
-    q, k, v = inputs.heads(1, 3, 75, 64, BF16)
-    out = torch.empty(1, 75, 3, 64, dtype=BF16, device=q.device).permute(0, 2, 1, 3)
-    return (lambda: ops.attention.encoder_attention(q, k, v, 64 ** -0.5, out, precision="tf32"),
-            lambda: torch_ops.attention(q, k, v, 64 ** -0.5))
+def _encoder_attention(H, T, D, dtype, precision):
+    def build(ops, inputs):
+        q, k, v = inputs.heads(1, H, T, D, dtype)
+        out = torch.full((1, T, H, D), float("nan"), dtype=dtype, device=q.device).permute(0, 2, 1, 3)
+        return (lambda: course_model.encoder_attention(ops, q, k, v, D ** -0.5, out, precision=precision),
+                lambda: torch_ops.attention(q, k, v, D ** -0.5))
+    return build
 
 
-@case("decoder_attention", "attention", "decode: GQA 16/4 over a left-padded cache, masked slots",
-      "(2, 16 on 4, 48) D 128 bf16", Close(2e-2))
-def _decoder_attention(ops, inputs):
-    B, Hq, Hkv, D, slots = 2, 16, 4, 128, 48
-    valid = slots // 2
-    q = inputs.randn(B, Hq, 1, D, dtype=BF16)
-    k_cache, v_cache = inputs.randn(B, Hkv, slots, D, dtype=BF16), inputs.randn(B, Hkv, slots, D, dtype=BF16)
-    kv_start = torch.tensor([0, 7], dtype=torch.int32, device=q.device)
-    counters = torch.tensor([valid - 1, valid], dtype=torch.int32, device=q.device)  # cache_pos, valid_len
-    return (lambda: ops.attention.decoder_attention(q, k_cache, v_cache, D ** -0.5, causal=False, n_keys=slots,
-                                                    kv_start=kv_start, cache_pos=counters[:1],
-                                                    valid_len=counters[1:], precision="tf32"),
-            lambda: torch_ops.attention(q, k_cache, v_cache, D ** -0.5, kv_start=kv_start,
-                                              n_valid=valid))
+case("encoder_attention", "attention", "the three kernels composed, no mask", "(1, 3, 75, 64) bf16",
+     Close(2e-2))(_encoder_attention(3, 75, 64, BF16, "tf32"))
+case("encoder_attention", "attention", "composed, a head size that is not a power of two", "(1, 2, 33, 80) fp32",
+     fp32_exact())(_encoder_attention(2, 33, 80, FP32, "ieee"))
+
+
+def _decoder_attention(B, Hq, Hkv, D, T, dtype, *, decode: bool, kv_start: list[int], precision: str):
+    """Decode: one query at slot valid - 1 against every slot of a T-slot cache (the slots at or past
+    valid hold stale values). Prefill: T causal queries at slots 0 .. T - 1. Row b's keys below
+    kv_start[b] are left padding; a padding query sees only itself."""
+    def build(ops, inputs):
+        Tq, valid = (1, T // 2) if decode else (T, T)
+        q = inputs.heads(B, Hq, Tq, D, dtype)[0]
+        k_cache, v_cache = inputs.randn(B, Hkv, T, D, dtype=dtype), inputs.randn(B, Hkv, T, D, dtype=dtype)
+        starts = torch.tensor(kv_start, dtype=torch.int32, device=q.device)
+        counters = torch.tensor([valid - Tq, valid], dtype=torch.int32, device=q.device)  # cache_pos, valid_len
+        out = torch.full((B, Tq, Hq, D), float("nan"), dtype=dtype, device=q.device).permute(0, 2, 1, 3)
+
+        def reference():
+            ref = torch_ops.attention(q, k_cache, v_cache, D ** -0.5, not decode, starts, n_valid=valid)
+            for b, start in enumerate(kv_start):  # a padding query (prefill only) sees its own slot
+                if not decode and start:
+                    own = v_cache[b, :, :start].double().repeat_interleave(Hq // Hkv, 0)
+                    ref[b, :, :start] = own
+            return ref
+
+        return (lambda: course_model.decoder_attention(
+                    ops, q, k_cache, v_cache, D ** -0.5, causal=not decode, n_keys=T if decode else Tq,
+                    kv_start=starts, cache_pos=counters[:1], valid_len=counters[1:], precision=precision, out=out),
+                reference)
+    return build
+
+
+case("decoder_attention", "attention", "decode: GQA 16/4 over a left-padded cache, stale slots masked",
+     "(2, 16 on 4, 48 slots) D 128 bf16", Close(2e-2))(
+    _decoder_attention(2, 16, 4, 128, 48, BF16, decode=True, kv_start=[0, 7], precision="tf32"))
+case("decoder_attention", "attention", "prefill: causal, GQA, left padding sees only itself",
+     "(2, 8 on 2, 33) D 24 fp32", fp32_exact())(
+    _decoder_attention(2, 8, 2, 24, 33, FP32, decode=False, kv_start=[3, 0], precision="ieee"))
 
 
 # ---- compute_freqs_kernel ----
@@ -504,7 +531,7 @@ def _decoder_attention(ops, inputs):
 def _tables(positions, rotary_dim, theta):
     def build(ops, inputs):
         angle = torch_ops.rope_angles(torch.arange(positions), rotary_dim, theta).double()
-        return (lambda: torch.cat(ops.rope.rope_tables(positions, rotary_dim, theta, inputs.device)),
+        return (lambda: torch.cat(ops.rope_tables(positions, rotary_dim, theta, inputs.device)),
                 lambda: torch.cat([angle.cos(), angle.sin()]))
     return build
 
@@ -544,7 +571,7 @@ def _apply_rope(B, T, H, D, rotary_dim, dtype=FP32, *, per_row=False):
             return expected
 
         def launch():
-            ops.rope.apply_rope(qk, cos, sin, positions, rotary_dim)
+            ops.apply_rope(qk, cos, sin, positions, rotary_dim)
             return qkv  # the whole buffer: v and the channels past rotary_dim must come back untouched
         return launch, reference
     return build
@@ -556,6 +583,9 @@ case("apply_rope_kernel", "rope", "per-row positions (left padding)", "(2, 7, 3+
      fp32_exact())(_apply_rope(2, 7, 3, 80, 80, per_row=True))
 case("apply_rope_kernel", "rope", "tokens past one block; bf16 rounding of each product",
      "(1, 75, 2+2, 128) rotary 128 bf16", Close(0.0))(_apply_rope(1, 75, 2, 128, 128, BF16))
+# 8 + 8 heads of 64 lane pairs: the interpreter's launcher takes 1024 tokens a program.
+case("apply_rope_kernel", "rope", "tokens past one program, ragged last one", "(1, 1100, 8+8, 128) rotary 128 fp32",
+     fp32_exact())(_apply_rope(1, 1100, 8, 128, 128))
 case("apply_rope_kernel", "rope", "smallest: one token, one head pair", "(1, 1, 1+1, 16) rotary 16 fp32",
      fp32_exact())(_apply_rope(1, 1, 1, 16, 16))
 case("apply_rope_kernel", "rope", "encoder size", "(1, 1500, 20+20, 64) rotary 32 bf16", Close(0.0),

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from . import todo_kernels
+from ..model.course_model import TrackOps, track_ops
 from .kernel_cases import CASES, Close, Inputs, Verdict
 
 _RECORDING: list[SelfCheck] | None = None
@@ -214,10 +215,10 @@ class SelfCheck:
 
 @dataclass
 class Track:
-    """A track package seen by its checks: its kernel modules and how its kernels run here."""
+    """A track package seen by its checks: its operations and how its kernels run here."""
 
     package: str
-    ops: object  # .layers, .attention, .rope: the package's modules
+    ops: TrackOps  # the launchers, by their shared names
     student_kernels: tuple[str, ...]
     interpret: bool
     cpu_runner: str
@@ -225,13 +226,13 @@ class Track:
 
     @property
     def directory(self) -> Path:
-        return Path(self.ops.layers.__file__).resolve().parent
+        return Path(importlib.import_module(self.package).__file__).resolve().parent
 
 
 def load_track(package: str) -> Track:
-    """The kernel modules of a track package (an example, a template, a filled or planted copy)."""
+    """A track package (an example, a template, a filled or planted copy) and how its kernels run."""
     root = importlib.import_module(package)
-    ops = type("Ops", (), {m: importlib.import_module(f"{package}.{m}") for m in ("layers", "attention", "rope")})
+    ops = track_ops(package)
     if "cutile" in package:
         from ..cutile.runtime import MODE
 
@@ -252,7 +253,6 @@ def run_cases(track: Track, file: str | None = None, kernels=None, *, title: str
         model_size = check.on_gpu
     for case in CASES:
         if kernels is None:
-            # A course kernel of the other track only (apply_rope_kernel is cuTile's) is skipped.
             chosen = case.kernel in track.student_kernels or not case.kernel.endswith("_kernel")
         else:
             chosen = case.kernel in kernels
@@ -276,7 +276,7 @@ def main(script: str, argv=None) -> int:
     command line; exits 1 unless every row passed."""
     path = Path(script).resolve()
     track = load_track(path.parent.name)
-    module = getattr(track.ops, path.stem)
+    module = importlib.import_module(f"{track.package}.{path.stem}")
     in_file = [k for k in track.student_kernels if hasattr(module, k)]
     parser = argparse.ArgumentParser(prog=f"python {path.parent.name}/{path.name}",
                                      description=f"Self-check of the course kernels in {path.name}: "
