@@ -20,7 +20,6 @@ Like the course kernels, each computes in fp32 and rounds once where torch round
 Self-check: python glm_asr_cutile_example/glue.py  (without a GPU: the cuTile emulator)
 """
 
-import time
 
 import torch
 
@@ -278,84 +277,7 @@ def argmax_rows(logits: torch.Tensor, banned_ids: torch.Tensor, suppress: torch.
     return out_ids
 
 
-# ---------------------------------------------------------------------------------------------
-# Self-check: each launcher against plain torch on fresh random inputs
-# ---------------------------------------------------------------------------------------------
+if __name__ == "__main__":  # the self-check: the glue's cases of glm_asr_common/course/kernel_cases.py
+    from glm_asr_common.course.self_check import main
 
-
-def _self_check():
-    from glm_asr_common.course.self_check import SelfCheck
-
-    check = SelfCheck("glue.py", MODE != "gpu", cpu_runner="cuTile emulator", decorator="@ct.kernel")
-    on_gpu, dev = check.on_gpu, check.device
-    gen = torch.Generator().manual_seed(int(time.time()))
-    bf16, fp32 = torch.bfloat16, torch.float32
-
-    def rand(*shape, dtype=bf16, scale=1.0):
-        return (torch.randn(*shape, generator=gen) * scale).to(device=dev, dtype=dtype)
-
-    rows, H, V = (512, 2048, 59264) if on_gpu else (17, 96, 300)
-    a, b = rand(rows, H), rand(rows, H)
-    check.check("residual_add_kernel", lambda: residual_add(a.clone(), b), lambda: (a + b).float(),
-                f"{rows}x{H} bf16", 0.0)
-    check.check("mul_kernel", lambda: mul(a, b), lambda: (a * b).float(), f"{rows}x{H} bf16", 0.0)
-
-    table, audio = rand(V, H), rand(rows // 2, H)
-    ids = torch.randint(0, V, (rows,), generator=gen).to(dev)
-    audio_index = torch.full((rows,), -1, dtype=torch.int64)
-    audio_index[3:3 + rows // 2] = torch.arange(rows // 2)
-    audio_index = audio_index.to(dev)
-    check.check("embed_tokens_kernel", lambda: embed_tokens(ids, table, audio, audio_index),
-                lambda: torch.where(audio_index[:, None] >= 0, audio[audio_index.clamp(min=0)], table[ids]),
-                f"{rows}x{H} bf16", 0.0)
-
-    Hkv, D, Tmax, T = 4, 128, (1024 if on_gpu else 32), (400 if on_gpu else 12)
-    first, start = torch.tensor([5], dtype=torch.int32, device=dev), torch.tensor([0, 7], dtype=torch.int32, device=dev)
-    check.check("token_positions_kernel", lambda: token_positions(first, start, T),
-                lambda: (5 + torch.arange(T, device=dev)[None, :] - start[:, None].long()).clamp(min=0),
-                f"(2, {T}) int32", 0.0)
-
-    qkv = rand(2, T, 3 * Hkv, D)
-    k, v = qkv[:, :, Hkv:2 * Hkv], qkv[:, :, 2 * Hkv:]
-    k_cache, v_cache = (torch.zeros(2, Hkv, Tmax, D, device=dev, dtype=bf16) for _ in range(2))
-
-    def written():
-        write_kv_cache(k, v, k_cache, v_cache, first)
-        return torch.cat([k_cache, v_cache])
-
-    def expected_cache():
-        caches = torch.zeros(4, Hkv, Tmax, D, device=dev, dtype=bf16)
-        caches[:2, :, 5:5 + T] = k.transpose(1, 2)
-        caches[2:, :, 5:5 + T] = v.transpose(1, 2)
-        return caches
-
-    check.check("kv_cache_write_kernel", written, expected_cache, f"(2, {T}, {Hkv}, {D}) bf16", 0.0)
-
-    scores = rand(Hkv, 4, 3, Tmax, dtype=fp32)
-    row_start = torch.tensor([5], dtype=torch.int32, device=dev)
-    counters = torch.tensor([9, 12], dtype=torch.int32, device=dev)
-
-    def masked_reference():
-        j = torch.arange(Tmax, device=dev)
-        own = (9 + torch.arange(3, device=dev))[:, None]
-        return scores.masked_fill(((j < 5) | (j >= 12)) & (j != own), float("-inf"))
-
-    check.check("mask_scores_kernel", lambda: mask_scores(scores.clone(), row_start, counters[:1], counters[1:]),
-                masked_reference, f"{tuple(scores.shape)} fp32", 0.0)
-
-    logits = rand(4, V, dtype=fp32)
-    logits[1, V - 1] = 100.0  # a banned id holding the row's maximum
-    banned = torch.tensor([V - 2, V - 1], device=dev)
-    suppress = torch.ones(1, dtype=torch.int32, device=dev)
-    chosen = torch.empty(4, dtype=torch.int64, device=dev)
-
-    def banned_argmax():
-        return logits.masked_fill(torch.isin(torch.arange(V, device=dev), banned), float("-inf")).argmax(-1).float()
-
-    check.check("argmax_kernel", lambda: argmax_rows(logits.clone(), banned, suppress, chosen).float(), banned_argmax,
-                f"4x{V} fp32", 0.0)
-    check.finish()
-
-
-if __name__ == "__main__":
-    _self_check()
+    raise SystemExit(main(__file__))

@@ -17,7 +17,6 @@ The example's fast path uses several of them too.
 Self-check: python glm_asr_triton_example/glue.py  (without a GPU: the Triton interpreter)
 """
 
-import time
 
 import torch
 
@@ -326,87 +325,7 @@ def argmax_rows(logits: torch.Tensor, banned_ids: torch.Tensor, suppress: torch.
     return _reduce_block_argmax(partial_max, partial_idx, out_ids)
 
 
-# ---------------------------------------------------------------------------------------------
-# Self-check: each launcher against plain torch on fresh random inputs
-# ---------------------------------------------------------------------------------------------
+if __name__ == "__main__":  # the self-check: the glue's cases of glm_asr_common/course/kernel_cases.py
+    from glm_asr_common.course.self_check import main
 
-
-
-
-
-
-def _self_check():
-    from glm_asr_common.course.self_check import SelfCheck
-    from glm_asr_common.reference.torch_ops import rope as torch_rope, rope_tables as torch_rope_tables
-
-    check = SelfCheck("glue.py", INTERPRET)
-    on_gpu, dev = check.on_gpu, check.device
-    gen = torch.Generator().manual_seed(int(time.time()))
-    bf16, fp32 = torch.bfloat16, torch.float32
-
-    def rand(*shape, dtype=bf16, scale=1.0):
-        return (torch.randn(*shape, generator=gen) * scale).to(device=dev, dtype=dtype)
-
-    rows, H, V, T = (512, 2048, 59264, 1500) if on_gpu else (17, 96, 300, 24)
-    a, b = rand(rows, H), rand(rows, H)
-    check.check("add_kernel", lambda: add(a, b), lambda: (a + b).float(), f"{rows}x{H} bf16", 0.0)
-    check.check("mul_kernel", lambda: mul(a, b), lambda: (a * b).float(), f"{rows}x{H} bf16", 0.0)
-
-    table, audio = rand(V, H), rand(rows // 2, H)
-    ids = torch.randint(0, V, (rows,), generator=gen).to(dev)
-    audio_index = torch.full((rows,), -1, dtype=torch.int64)
-    audio_index[3:3 + rows // 2] = torch.arange(rows // 2)
-    audio_index = audio_index.to(dev)
-    check.check("embed_tokens_kernel", lambda: embed_tokens(ids, table, audio, audio_index),
-                lambda: torch.where(audio_index[:, None] >= 0, audio[audio_index.clamp(min=0)], table[ids]),
-                f"{rows}x{H} bf16", 0.0)
-
-    ecos, esin = torch_rope_tables(torch.arange(T, device=dev), 32, 10000.0)
-    qkv = rand(1, T, 3 * 20 * 64)
-    qk = qkv[..., : 2 * 20 * 64].view(1, T, 40, 64)
-    check.check("rope_kernel[encoder q+k]", lambda: apply_rope(qk.clone(), ecos, esin, torch.arange(T, device=dev), 32),
-                lambda: torch_rope(qk, ecos[None], esin[None], 32), f"{tuple(qk.shape)} bf16", 1e-2)
-
-    Hq, Hkv, D, Tmax, Tp = 16, 4, 128, (1024 if on_gpu else 32), (400 if on_gpu else 12)
-    cos, sin = torch_rope_tables(torch.arange(Tmax, device=dev), 128, 10000.0)
-    qkv = rand(1, Tp, (Hq + 2 * Hkv) * D)
-    q_out = torch.empty(1, Tp, Hq, D, device=dev, dtype=bf16)
-    k_cache, v_cache = (torch.zeros(1, Hkv, Tmax, D, device=dev, dtype=bf16) for _ in range(2))
-    zero = torch.zeros(1, dtype=torch.int32, device=dev)
-
-    def to_cache():
-        rope_qkv_into_cache(qkv, Hq, Hkv, D, cos, sin, 128, q_out, k_cache, v_cache, zero, zero)
-        return q_out
-
-    check.check("rope_qkv_to_cache_kernel", to_cache,
-                lambda: torch_rope(qkv[..., : Hq * D].view(1, Tp, Hq, D), cos[None, :Tp], sin[None, :Tp], 128),
-                f"{tuple(qkv.shape)} bf16", 1e-2)
-
-    scores = rand(2, Hq, 3, Tmax, dtype=fp32)
-    kv_start = torch.tensor([0, 5], dtype=torch.int32, device=dev)
-    counters = torch.tensor([9, 12], dtype=torch.int32, device=dev)
-
-    def masked_reference():
-        j = torch.arange(Tmax, device=dev)
-        own = (9 + torch.arange(3, device=dev))[:, None]
-        hidden = ((j < kv_start[:, None, None, None]) | (j >= 12)) & (j != own)
-        return scores.masked_fill(hidden, float("-inf"))
-
-    check.check("mask_scores_kernel", lambda: mask_scores(scores.clone(), kv_start, counters[:1], counters[1:]),
-                masked_reference, f"{tuple(scores.shape)} fp32", 0.0)
-
-    logits = rand(4, V, dtype=fp32)
-    banned = torch.tensor([V - 2, V - 1], device=dev)
-    suppress = torch.ones(1, dtype=torch.int32, device=dev)
-    chosen = torch.empty(4, dtype=torch.int64, device=dev)
-
-    def banned_argmax():
-        return logits.masked_fill(torch.isin(torch.arange(V, device=dev), banned), float("-inf")).argmax(-1).float()
-
-    check.check("argmax_rows", lambda: argmax_rows(logits, banned, suppress, chosen).float(), banned_argmax,
-                f"4x{V} fp32", 0.0)
-    check.finish()
-
-
-if __name__ == "__main__":
-    _self_check()
+    raise SystemExit(main(__file__))

@@ -162,7 +162,7 @@ def test_self_check_script_refuses_a_kernel_it_does_not_hold():
     result = run_script(REPO / "glm_asr_triton_example" / "rope.py", "gelu_kernel")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: gelu_kernel not in rope.py; its course kernels are: compute_freqs_kernel, apply_rope_kernel"]
+        "error: gelu_kernel not in rope.py; its kernels are: compute_freqs_kernel, apply_rope_kernel"]
 
 
 def test_self_check_one_kernel_runs_only_its_cases():

@@ -1,5 +1,5 @@
-"""The course kernels' cases: one table, run by every kernel file's self-check, by the pytest suite
-and by the grader, for the Triton and the cuTile track alike.
+"""The course kernels' cases (and the provided glue's): one table, run by every kernel file's
+self-check, by the pytest suite and by the grader, for the Triton and the cuTile track alike.
 
 A case is chosen to catch a mistake students make, and says which (``guards``); it is not there to
 be quick. On every machine:
@@ -590,3 +590,109 @@ case("apply_rope_kernel", "rope", "smallest: one token, one head pair", "(1, 1, 
      fp32_exact())(_apply_rope(1, 1, 1, 16, 16))
 case("apply_rope_kernel", "rope", "encoder size", "(1, 1500, 20+20, 64) rotary 32 bf16", Close(0.0),
      model_size=True)(_apply_rope(1, 1500, 20, 64, 32, BF16))
+
+
+# ---- the provided glue (glue.py): exact, whatever the track ----
+
+EXACT = Close(0.0)
+
+
+def _elementwise_glue(name, rows, width):
+    def build(ops, inputs):
+        a, b = inputs.randn(rows, width, dtype=BF16), inputs.randn(rows, width, dtype=BF16)
+        if name == "residual_add":  # in place on the residual stream
+            return lambda: ops.residual_add(a.clone(), b), lambda: (a.double() + b.double()).to(BF16)
+        return lambda: ops.mul(a, b), lambda: (a.double() * b.double()).to(BF16)
+    return build
+
+
+for _name in ("residual_add", "mul"):
+    case(_name, "glue", "one rounding of the exact result, blocks past the first", "600x300 bf16", EXACT)(
+        _elementwise_glue(_name, 600, 300))
+    case(_name, "glue", "decoder size", "512x2048 bf16", EXACT, model_size=True)(_elementwise_glue(_name, 512, 2048))
+
+
+def _embed_tokens(rows, width, vocab):
+    def build(ops, inputs):
+        table, audio = inputs.randn(vocab, width, dtype=BF16), inputs.randn(rows // 2, width, dtype=BF16)
+        ids = torch.randint(0, vocab, (rows,), generator=inputs.gen).to(inputs.device)
+        audio_index = torch.full((rows,), -1, dtype=torch.int64)
+        audio_index[3:3 + rows // 2] = torch.arange(rows // 2)
+        audio_index = audio_index.to(inputs.device)
+        return (lambda: ops.embed_tokens(ids, table, audio, audio_index),
+                lambda: torch.where(audio_index[:, None] >= 0, audio[audio_index.clamp(min=0)], table[ids]))
+    return build
+
+
+case("embed_tokens", "glue", "audio rows replace the placeholders, table rows elsewhere", "17 x 300 of 301 ids bf16",
+     EXACT)(_embed_tokens(17, 300, 301))
+case("embed_tokens", "glue", "prompt size", "75 x 2048 of 59264 ids bf16", EXACT, model_size=True)(
+    _embed_tokens(75, 2048, 59264))
+
+
+@case("token_positions", "glue", "cache slot minus the row's left padding, clamped at 0", "(2, 12) int32", EXACT)
+def _token_positions(ops, inputs):
+    first = torch.tensor([5], dtype=torch.int32, device=inputs.device)
+    start = torch.tensor([0, 7], dtype=torch.int32, device=inputs.device)
+    return (lambda: ops.token_positions(first, start, 12),
+            lambda: (5 + torch.arange(12, device=inputs.device)[None, :] - start[:, None].long()).clamp(min=0))
+
+
+def _write_kv_cache(T, Hkv, D, slots):
+    def build(ops, inputs):
+        qkv = inputs.randn(2, T, 3 * Hkv, D, dtype=BF16)
+        k, v = qkv[:, :, Hkv:2 * Hkv], qkv[:, :, 2 * Hkv:]
+        first = torch.tensor([5], dtype=torch.int32, device=inputs.device)
+        caches = torch.zeros(2, 2, Hkv, slots, D, dtype=BF16, device=inputs.device)
+
+        def written():
+            ops.write_kv_cache(k, v, caches[0], caches[1], first)
+            return caches
+
+        def expected():
+            out = torch.zeros_like(caches)
+            out[0, :, :, 5:5 + T], out[1, :, :, 5:5 + T] = k.transpose(1, 2), v.transpose(1, 2)
+            return out
+        return written, expected
+    return build
+
+
+case("write_kv_cache", "glue", "heads of the fused q|k|v into their slots, nothing else", "(2, 12, 4, 128) bf16",
+     EXACT)(_write_kv_cache(12, 4, 128, 32))
+case("write_kv_cache", "glue", "prompt size", "(2, 400, 4, 128) bf16", EXACT, model_size=True)(
+    _write_kv_cache(400, 4, 128, 1024))
+
+
+@case("mask_scores", "glue", "left padding and stale slots -inf, a query's own slot kept", "(4, 4, 3, 32) fp32",
+      EXACT)
+def _mask_scores(ops, inputs):
+    scores = inputs.randn(4, 4, 3, 32)
+    row_start = torch.tensor([5], dtype=torch.int32, device=inputs.device)
+    counters = torch.tensor([9, 12], dtype=torch.int32, device=inputs.device)  # first slot, valid length
+
+    def reference():
+        j = torch.arange(32, device=inputs.device)
+        own = (9 + torch.arange(3, device=inputs.device))[:, None]
+        return scores.masked_fill(((j < 5) | (j >= 12)) & (j != own), NEG_INF)
+    return lambda: ops.mask_scores(scores.clone(), row_start, counters[:1], counters[1:]), reference
+
+
+def _argmax_rows(rows, vocab):
+    def build(ops, inputs):
+        logits = inputs.randn(rows, vocab)
+        logits[1, vocab - 1] = 100.0  # a banned id holding the row's maximum
+        logits[2, 7] = logits[2, 9] = 50.0  # a tie: the lowest index wins, as torch.argmax picks it
+        banned = torch.tensor([vocab - 2, vocab - 1], device=inputs.device)
+        suppress = torch.ones(1, dtype=torch.int32, device=inputs.device)
+        chosen = torch.empty(rows, dtype=torch.int64, device=inputs.device)
+        keep = ~torch.isin(torch.arange(vocab, device=inputs.device), banned)
+        def launch():
+            ops.argmax_rows(logits.clone(), banned, suppress, chosen)
+            return chosen.double()
+        return launch, lambda: logits.masked_fill(~keep, NEG_INF).argmax(-1).double()
+    return build
+
+
+case("argmax_rows", "glue", "banned ids skipped, ties to the lowest index", "4 x 5000 fp32", EXACT)(
+    _argmax_rows(4, 5000))
+case("argmax_rows", "glue", "vocabulary size", "3 x 59264 fp32", EXACT, model_size=True)(_argmax_rows(3, 59264))

@@ -3,10 +3,11 @@
     python glm_asr_triton_example/layers.py                  every case of the file's course kernels
     python glm_asr_triton_example/layers.py gelu_kernel      one kernel's cases
 
-The course kernels' files (layers.py, attention.py, rope.py of either track, and their templates)
-end with ``self_check.main(__file__)``: the cases come from glm_asr_common.course.kernel_cases, the one
-table that pytest and the grader run too. Other kernel files (glue, conv, the fast path) build a
-``SelfCheck`` and call ``check`` with their own launches.
+The course kernels' files (layers.py, attention.py, rope.py of either track, and their templates) and
+glue.py end with ``self_check.main(__file__)``: the cases come from glm_asr_common.course.kernel_cases,
+the one table that pytest and the grader run too. The other kernel files (conv.py, whose weight
+layout is the track's own, and the fast path) build a ``SelfCheck`` and call ``check`` with their
+own launches.
 
 A row is:
 
@@ -252,14 +253,17 @@ def run_cases(track: Track, file: str | None = None, kernels=None, *, title: str
     if model_size is None:
         model_size = check.on_gpu
     for case in CASES:
-        if kernels is None:
-            chosen = case.kernel in track.student_kernels or not case.kernel.endswith("_kernel")
-        else:
-            chosen = case.kernel in kernels
+        chosen = applies(case, track) if kernels is None else case.kernel in kernels
         if not chosen or (file is not None and case.file != file) or (case.model_size and not model_size):
             continue
         run_case(check, track, case)
     return check
+
+
+def applies(case, track: Track) -> bool:
+    """Whether a case is the track's: a course kernel it has, or an operation (a composition of the
+    course kernels, a piece of glue) every track has."""
+    return case.kernel in track.student_kernels or not case.kernel.endswith("_kernel")
 
 
 def run_case(check: SelfCheck, track: Track, case) -> CheckRow:
@@ -272,20 +276,20 @@ def run_case(check: SelfCheck, track: Track, case) -> CheckRow:
 
 
 def main(script: str, argv=None) -> int:
-    """The ``__main__`` of a course kernel file: its cases, or those of the kernels named on the
-    command line; exits 1 unless every row passed."""
+    """The ``__main__`` of a kernel file with cases in the table (the course kernels' files and
+    glue.py): its cases, or those of the kernels or operations named on the command line; exits 1
+    unless every row passed."""
     path = Path(script).resolve()
     track = load_track(path.parent.name)
-    module = importlib.import_module(f"{track.package}.{path.stem}")
-    in_file = [k for k in track.student_kernels if hasattr(module, k)]
+    in_file = list(dict.fromkeys(c.kernel for c in CASES if c.file == path.stem and applies(c, track)))
     parser = argparse.ArgumentParser(prog=f"python {path.parent.name}/{path.name}",
-                                     description=f"Self-check of the course kernels in {path.name}: "
-                                                 "every case of glm_asr_common/course/kernel_cases.py.")
+                                     description=f"Self-check of {path.name}: every case of "
+                                                 "glm_asr_common/course/kernel_cases.py for its kernels.")
     parser.add_argument("kernels", nargs="*", metavar="KERNEL", help=f"only these ({', '.join(in_file)})")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.kernels) - set(in_file))
     if unknown:
-        print(f"error: {', '.join(unknown)} not in {path.name}; its course kernels are: {', '.join(in_file)}",
+        print(f"error: {', '.join(unknown)} not in {path.name}; its kernels are: {', '.join(in_file)}",
               file=sys.stderr)
         raise SystemExit(2)
     check = run_cases(track, path.stem, args.kernels or None, title=path.name)
