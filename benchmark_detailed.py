@@ -879,10 +879,12 @@ def folder_launchers(folder: str) -> dict:
         for name in names:
             if callable(getattr(mod, name, None)):
                 found[name] = getattr(mod, name)
-    ops = getattr(importlib.import_module(f"{folder}.model"), "OPS", None)
-    if isinstance(ops, course_model.TrackOps):
-        found["encoder_attention"] = functools.partial(course_model.encoder_attention, ops)
-        found["decoder_attention"] = functools.partial(course_model.decoder_attention, ops)
+    try:
+        ops = course_model.track_ops(folder)
+    except (ImportError, AttributeError):  # not a course-model folder (the PyTorch track)
+        return found
+    found["encoder_attention"] = functools.partial(course_model.encoder_attention, ops)
+    found["decoder_attention"] = functools.partial(course_model.decoder_attention, ops)
     return found
 
 

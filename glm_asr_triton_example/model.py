@@ -1,13 +1,6 @@
-"""The course path on this folder's Triton kernels: the course model both tracks run
-(glm_asr_common/model/course_model.py: read it top to bottom), bound to the operations this folder's
-files provide under their shared names (course_model.TrackOps lists them, file by file). Without a
-GPU the kernels run in the Triton interpreter.
-"""
+"""The course path: the course model both tracks run (glm_asr_common/model/course_model.py: read it
+top to bottom) on this folder's Triton kernels, found by their names (course_model.TrackOps)."""
 
-from glm_asr_common.model.course_model import CourseGlmAsr, track_ops
+from glm_asr_common.model.course_model import model_loader
 
-OPS = track_ops(__package__)
-
-
-def load_model(cfg, weights, device, precision) -> CourseGlmAsr:
-    return CourseGlmAsr(cfg, weights, device, precision, OPS)
+load_model = model_loader(__package__)

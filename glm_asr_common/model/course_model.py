@@ -144,6 +144,14 @@ def decoder_attention(ops: TrackOps, q, k_cache, v_cache, scale: float, *, causa
 # ---- the model --------------------------------------------------------------------------------
 
 
+def model_loader(package: str) -> Callable:
+    """A track's ``load_model(cfg, weights, device, precision)``: the course model on the package's
+    operations (looked up on first use, so that importing model.py launches nothing)."""
+    def load_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str):
+        return CourseGlmAsr(cfg, weights, device, precision, track_ops(package))
+    return load_model
+
+
 class CourseGlmAsr(GreedyModel):
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str,
                  ops: TrackOps):
