@@ -26,7 +26,8 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/att
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.cutile.runtime import ct, launch  # noqa: E402
+from glm_asr_common.model import launch_contracts  # noqa: E402
 
 from ._tile_helpers import cdiv, next_power_of_2, rows_per_block  # noqa: E402
 
@@ -139,11 +140,7 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float, causal: boo
 
     q (B, H, Tq, D), k (B, H, Tk, D), any strides with a contiguous last dim; any head size D.
     """
-    B, H, Tq, D = q.shape
-    Tk = k.shape[2]
-    if k.shape != (B, H, Tk, D) or (causal and Tq != Tk) or q.stride(3) != 1 or k.stride(3) != 1:
-        raise ValueError(f"attention_scores: q {tuple(q.shape)} and k {tuple(k.shape)} do not fit")
-    scores = torch.empty((B, H, Tq, Tk), dtype=torch.float32, device=q.device)
+    B, H, Tq, Tk, D, scores = launch_contracts.attention_scores(q, k, causal)
     block_m, block_n, block_d = _tiles(Tq, D)
     launch((cdiv(Tq, block_m), B * H), attention_scores_kernel, q, k, scores, float(scale), causal,
            precision == "tf32", block_m, block_n, block_d)
@@ -152,10 +149,8 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float, causal: boo
 
 def softmax_inplace(scores: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim of a contiguous fp32 tensor, in place."""
-    if scores.dtype != torch.float32 or not scores.is_contiguous():
-        raise ValueError("softmax_inplace: the scores must be a contiguous fp32 tensor")
-    n_cols = scores.shape[-1]
-    rows = scores.view(-1, n_cols)
+    rows = launch_contracts.fp32_rows(scores, "softmax_inplace")
+    n_cols = rows.shape[1]
     block = next_power_of_2(n_cols)
     per_block = rows_per_block(rows.shape[0], block)
     launch((cdiv(rows.shape[0], per_block),), softmax_inplace_kernel, rows, per_block, block)
@@ -169,14 +164,7 @@ def attention_output(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None 
     out may be any (B, H, Tq, D) view with a contiguous last dim, e.g. a token-major (B, Tq, H, D)
     buffer seen through permute(0, 2, 1, 3), so the next linear reads it without a copy.
     """
-    B, H, Tq, Tk = p.shape
-    D = v.shape[3]
-    if v.shape != (B, H, Tk, D) or p.stride(3) != 1 or v.stride(3) != 1:
-        raise ValueError(f"attention_output: p {tuple(p.shape)} and v {tuple(v.shape)} do not fit")
-    if out is None:
-        out = torch.empty((B, H, Tq, D), dtype=v.dtype, device=v.device)
-    if out.shape != (B, H, Tq, D) or out.stride(3) != 1:
-        raise ValueError(f"attention_output: out {tuple(out.shape)} should be {(B, H, Tq, D)}")
+    B, H, Tq, Tk, D, out = launch_contracts.attention_output(p, v, out)
     block_m, block_n, block_d = _tiles(Tq, D)
     launch((cdiv(Tq, block_m), B * H), attention_output_kernel, p, v, out, precision == "tf32",
            block_m, block_n, block_d)

@@ -27,7 +27,8 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/lay
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.cutile.runtime import ct, launch  # noqa: E402
+from glm_asr_common.model import launch_contracts  # noqa: E402
 
 from ._tile_helpers import (  # noqa: E402
     ELEMENTWISE_BLOCK, as_rows, cdiv, erf, next_power_of_2, round_as, rows_per_block,
@@ -222,15 +223,7 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     nn.Linear layout, rows contiguous. precision: "tf32" or "ieee" for fp32 operands (ignored for
     bf16, which accumulates in fp32). out: an (M, N) buffer with a contiguous last dim, or None.
     """
-    M, K = x.shape
-    N = weight.shape[0]
-    if weight.shape[1] != K or weight.stride(1) != 1 or x.stride(1) != 1 or weight.dtype != x.dtype:
-        raise ValueError(f"linear_tf32: x {tuple(x.shape)} {x.dtype} and weight {tuple(weight.shape)} "
-                         f"{weight.dtype} do not match or are not row-contiguous")
-    if precision not in ("tf32", "ieee"):
-        raise ValueError(f"linear_tf32: precision must be 'tf32' or 'ieee', got {precision!r}")
-    if out is None:
-        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    M, N, K, out = launch_contracts.linear(x, weight, out, precision)
     block_m, block_n, block_k = _linear_tiles(M, x.dtype)
     # Without a bias the kernel never reads that argument (HAS_BIAS=False compiles the load away).
     launch((cdiv(M, block_m), cdiv(N, block_n)), linear_kernel_tf32, x, weight,

@@ -29,7 +29,8 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_template/gl
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.cutile.runtime import ct, launch  # noqa: E402
+from glm_asr_common.model import launch_contracts  # noqa: E402
 
 from ._tile_helpers import ELEMENTWISE_BLOCK, TILE_ELEMENTS, cdiv, next_power_of_2, rows_per_block  # noqa: E402
 
@@ -62,9 +63,7 @@ def mul_kernel(a, b, out, BLOCK: ct.Constant[int]):
 
 
 def _flat_pair(name: str, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    if a.shape != b.shape or a.dtype != b.dtype or not (a.is_contiguous() and b.is_contiguous()):
-        raise ValueError(f"{name}: operands {tuple(a.shape)} {a.dtype} and {tuple(b.shape)} {b.dtype} must "
-                         "match and be contiguous")
+    launch_contracts.same_shape(name, a, b)
     return a.view(-1), b.view(-1)
 
 
@@ -174,10 +173,7 @@ def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
     """Copy k, v (B, T, Hkv, D) (views into the fused QKV output) to k_cache, v_cache (B, Hkv, Tmax, D)
     at slots first_slot .. first_slot + T - 1. first_slot: int32 (1,) on the device; the caller sizes
     the cache (first_slot + T <= Tmax)."""
-    B, T, H, D = k.shape
-    if v.shape != k.shape or k_cache.shape[:2] != (B, H) or k_cache.shape[3] != D or v_cache.shape != k_cache.shape:
-        raise ValueError(f"write_kv_cache: k {tuple(k.shape)}, v {tuple(v.shape)} and caches "
-                         f"{tuple(k_cache.shape)}, {tuple(v_cache.shape)} do not fit")
+    B, T, H, D = launch_contracts.write_kv_cache(k, v, k_cache, v_cache)
     block_h, block_d = next_power_of_2(H), next_power_of_2(D)
     block_t = rows_per_block(T, block_h * block_d)
     launch((cdiv(T, block_t), B), kv_cache_write_kernel, k, v, k_cache, v_cache, first_slot,
@@ -212,10 +208,8 @@ def mask_scores(scores: torch.Tensor, row_start: torch.Tensor, first_slot: torch
     """-inf in place on the fp32 scores (..., Tq, Tk) of one batch row where key j is outside
     [row_start, valid_len) and is not query i's own slot first_slot + i. row_start, first_slot,
     valid_len: int32 (1,) device tensors."""
-    if scores.dtype != torch.float32 or not scores.is_contiguous():
-        raise ValueError("mask_scores: the scores must be a contiguous fp32 tensor")
+    rows = launch_contracts.fp32_rows(scores, "mask_scores")
     queries, keys = scores.shape[-2:]
-    rows = scores.view(-1, keys)
     block = min(next_power_of_2(keys), 1024)
     per_block = rows_per_block(rows.shape[0], block)
     launch((cdiv(rows.shape[0], per_block),), mask_scores_kernel, rows, row_start, first_slot, valid_len,

@@ -20,8 +20,9 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_template/ro
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.cutile.runtime import ct, launch  # noqa: E402
 from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
+from glm_asr_common.model import launch_contracts  # noqa: E402
 
 from ._tile_helpers import cdiv, next_power_of_2, round_as, rows_per_block  # noqa: E402
 
@@ -49,11 +50,8 @@ def compute_freqs_kernel(cos, sin, theta, ROTARY_DIM: ct.Constant[int], BLOCK_P:
 
 def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin tables, each (max_positions, rotary_dim // 2) fp32: angle = pos / theta^(2i/rotary_dim)."""
-    if rotary_dim % 2:
-        raise ValueError(f"rope_tables: rotary_dim must be even, got {rotary_dim}")
+    cos, sin = launch_contracts.rope_tables(max_positions, rotary_dim, device)
     half = rotary_dim // 2
-    cos = torch.empty((max_positions, half), dtype=torch.float32, device=device)
-    sin = torch.empty_like(cos)
     block_half = next_power_of_2(half)
     block_p = rows_per_block(max_positions, block_half)
     launch((cdiv(max_positions, block_p),), compute_freqs_kernel, cos, sin, float(theta), rotary_dim,
@@ -93,14 +91,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions:
     ``qkv[..., :2*H*D].view(B, T, 2*H, D)`` (q and k rotated by one launch). positions: integer
     (B, T) for row-dependent positions, or (T,) shared by every row. Channels >= rotary_dim untouched.
     """
-    if x.dim() != 4 or x.stride(-1) != 1:
-        raise ValueError(f"apply_rope: x must be (B, T, H, D) with a contiguous last dim, got {tuple(x.shape)}")
-    B, T, H, D = x.shape
-    half = rotary_dim // 2
-    if rotary_dim % 2 or not 0 < rotary_dim <= D or cos.shape[1] != half or sin.shape != cos.shape:
-        raise ValueError(f"apply_rope: rotary_dim {rotary_dim} does not fit head size {D} and tables "
-                         f"{tuple(cos.shape)}")
-    positions = positions.expand(B, T)
+    B, T, H, half, positions = launch_contracts.apply_rope(x, cos, sin, positions, rotary_dim)
     block_h, block_half = next_power_of_2(H), next_power_of_2(half)
     block_t = rows_per_block(T, block_h * block_half)  # tokens per block, all heads of each
     launch((cdiv(T, block_t), B), apply_rope_kernel, x, cos, sin, positions, half, block_t, block_h, block_half)

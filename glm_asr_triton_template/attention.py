@@ -27,6 +27,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_template/at
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
+from glm_asr_common.model import launch_contracts  # noqa: E402
 
 from ._triton_compat import INTERPRET, dot, round_to, rows_per_program, warps_for_row  # noqa: E402
 
@@ -109,11 +110,7 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float, causal: boo
 
     q (B, H, Tq, D), k (B, H, Tk, D), any strides with a contiguous last dim; any head size D.
     """
-    B, H, Tq, D = q.shape
-    Tk = k.shape[2]
-    if k.shape != (B, H, Tk, D) or (causal and Tq != Tk) or q.stride(3) != 1 or k.stride(3) != 1:
-        raise ValueError(f"attention_scores: q {tuple(q.shape)} and k {tuple(k.shape)} do not fit")
-    scores = torch.empty((B, H, Tq, Tk), dtype=torch.float32, device=q.device)
+    B, H, Tq, Tk, D, scores = launch_contracts.attention_scores(q, k, causal)
     tiles = _tiles(Tq, Tk, D)
     attention_scores_kernel[(triton.cdiv(Tq, tiles["BLOCK_M"]), B * H)](
         q, k, scores, H, Tq, Tk, scale,
@@ -126,10 +123,7 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, scale: float, causal: boo
 
 def softmax_inplace(scores: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim of a contiguous fp32 tensor, in place (one row per program on a GPU)."""
-    if scores.dtype != torch.float32 or not scores.is_contiguous():
-        raise ValueError("softmax_inplace: the scores must be a contiguous fp32 tensor")
-    n_cols = scores.shape[-1]
-    n_rows = scores.numel() // n_cols
+    n_rows, n_cols = launch_contracts.fp32_rows(scores, "softmax_inplace").shape
     block = triton.next_power_of_2(n_cols)
     per_program = rows_per_program(n_rows, block)
     softmax_inplace_kernel[(triton.cdiv(n_rows, per_program),)](scores, n_rows, n_cols, n_cols, BLOCK_N=block,
@@ -144,14 +138,7 @@ def attention_output(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None 
     out may be any (B, H, Tq, D) view with a contiguous last dim, e.g. a token-major (B, Tq, H, D)
     buffer seen through permute(0, 2, 1, 3), so the next linear reads it without a copy.
     """
-    B, H, Tq, Tk = p.shape
-    D = v.shape[3]
-    if v.shape != (B, H, Tk, D) or p.stride(3) != 1 or v.stride(3) != 1:
-        raise ValueError(f"attention_output: p {tuple(p.shape)} and v {tuple(v.shape)} do not fit")
-    if out is None:
-        out = torch.empty((B, H, Tq, D), dtype=v.dtype, device=v.device)
-    if out.shape != (B, H, Tq, D) or out.stride(3) != 1:
-        raise ValueError(f"attention_output: out {tuple(out.shape)} should be {(B, H, Tq, D)}")
+    B, H, Tq, Tk, D, out = launch_contracts.attention_output(p, v, out)
     tiles = _tiles(Tq, Tk, D)
     attention_output_kernel[(triton.cdiv(Tq, tiles["BLOCK_M"]), B * H)](
         p, v, out, H, Tq, Tk,

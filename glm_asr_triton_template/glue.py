@@ -28,8 +28,9 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_template/gl
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from glm_asr_common.model import launch_contracts  # noqa: E402
 
-from ._triton_compat import (INTERPRET, MAX_BLOCK_NUMEL, as_rows, pdl_options, release_consumer,  # noqa: E402
+from ._triton_compat import (INTERPRET, as_rows, pdl_options, release_consumer,  # noqa: E402
                              round_to, rows_per_program, wait_for_producer, warps_for_row)
 
 # Elementwise kernels: 2048 elements over 4 warps (the interpreter pays per program: far more at once).
@@ -59,9 +60,8 @@ def mul_kernel(a_ptr, b_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, round_to(a * b, out_ptr.dtype.element_ty), mask=mask)
 
 
-def _elementwise(kernel, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    if a.shape != b.shape or not (a.is_contiguous() and b.is_contiguous()):
-        raise ValueError(f"{kernel.__name__}: operands {tuple(a.shape)} and {tuple(b.shape)} must match and be contiguous")
+def _elementwise(kernel, operation: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    launch_contracts.same_shape(operation, a, b)
     if out is None:
         out = torch.empty_like(a)
     n = a.numel()
@@ -71,12 +71,12 @@ def _elementwise(kernel, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | N
 
 def residual_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """x += y in place (the residual stream), rounded once to x's dtype; returns x."""
-    return _elementwise(residual_add_kernel, x, y, x)
+    return _elementwise(residual_add_kernel, "residual_add", x, y, x)
 
 
 def mul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """out = a * b, rounded once to out's dtype."""
-    return _elementwise(mul_kernel, a, b, out)
+    return _elementwise(mul_kernel, "mul", a, b, out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,11 +185,7 @@ def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
     """Copy k, v (B, T, Hkv, D) (views into the fused QKV output) to k_cache, v_cache (B, Hkv, Tmax, D)
     at slots first_slot .. first_slot + T - 1. first_slot: int32 (1,) on the device; the caller sizes
     the cache (first_slot + T <= Tmax)."""
-    B, T, H, D = k.shape
-    if (v.shape != k.shape or k_cache.shape[:2] != (B, H) or k_cache.shape[3] != D or v_cache.shape != k_cache.shape
-            or v_cache.stride() != k_cache.stride() or k.stride(3) != 1 or v.stride(3) != 1):
-        raise ValueError(f"write_kv_cache: k {tuple(k.shape)}, v {tuple(v.shape)} and caches "
-                         f"{tuple(k_cache.shape)}, {tuple(v_cache.shape)} do not fit")
+    B, T, H, D = launch_contracts.write_kv_cache(k, v, k_cache, v_cache)
     block_h, block_d = triton.next_power_of_2(H), triton.next_power_of_2(D)
     block_t = rows_per_program(T, block_h * block_d)
     kv_cache_write_kernel[(triton.cdiv(T, block_t), B)](
@@ -225,10 +221,8 @@ def mask_scores(scores: torch.Tensor, row_start: torch.Tensor, first_slot: torch
     """-inf in place on the fp32 scores (..., Tq, Tk) of one batch row where key j is outside
     [row_start, valid_len) and is not query i's own slot first_slot + i. row_start, first_slot,
     valid_len: int32 (1,) device tensors."""
-    if scores.dtype != torch.float32 or not scores.is_contiguous():
-        raise ValueError("mask_scores: the scores must be a contiguous fp32 tensor")
+    rows = launch_contracts.fp32_rows(scores, "mask_scores")
     queries, keys = scores.shape[-2:]
-    rows = scores.view(-1, keys)
     block = min(triton.next_power_of_2(keys), 4096)
     per_program = rows_per_program(rows.shape[0], block)
     mask_scores_kernel[(triton.cdiv(rows.shape[0], per_program),)](

@@ -31,6 +31,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_template/la
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
+from glm_asr_common.model import launch_contracts  # noqa: E402
 
 from ._triton_compat import INTERPRET, as_rows, round_to, rows_per_program, warps_for_row  # noqa: E402
 
@@ -201,13 +202,7 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     nn.Linear layout, rows contiguous. precision: "tf32" or "ieee" for fp32 operands (ignored for
     bf16, which accumulates in fp32). out: an (M, N) buffer with a contiguous last dim, or None.
     """
-    M, K = x.shape
-    N = weight.shape[0]
-    if weight.shape[1] != K or weight.stride(1) != 1 or x.stride(1) != 1:
-        raise ValueError(f"linear_tf32: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match "
-                         "or are not row-contiguous")
-    if out is None:
-        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    M, N, K, out = launch_contracts.linear(x, weight, out, precision)
     tiles = _linear_tiles(M, N, K, x.dtype)
     grid = (triton.cdiv(M, tiles["BLOCK_M"]), triton.cdiv(N, tiles["BLOCK_N"]))
     linear_kernel_tf32[grid](

@@ -27,6 +27,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_template/ro
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
+from glm_asr_common.model import launch_contracts  # noqa: E402
 
 from ._triton_compat import INTERPRET, round_to, rows_per_program  # noqa: E402
 
@@ -52,10 +53,8 @@ def compute_freqs_kernel(cos_ptr, sin_ptr, max_positions, theta, stride_table,
 
 def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin tables, each (max_positions, rotary_dim // 2) fp32: angle = pos / theta^(2i/rotary_dim)."""
-    assert rotary_dim % 2 == 0
+    cos, sin = launch_contracts.rope_tables(max_positions, rotary_dim, device)
     half = rotary_dim // 2
-    cos = torch.empty((max_positions, half), dtype=torch.float32, device=device)
-    sin = torch.empty_like(cos)
     block_p = 1024 if INTERPRET else 32  # the interpreter pays per program: few, large ones
     compute_freqs_kernel[(triton.cdiv(max_positions, block_p),)](
         cos, sin, max_positions, float(theta), cos.stride(0),
@@ -96,14 +95,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions:
     ``qkv[..., :2*H*D].view(B, T, 2*H, D)`` (q and k rotated by one launch). positions: integer
     (B, T) for row-dependent positions, or (T,) shared by every row. Channels >= rotary_dim untouched.
     """
-    if x.dim() != 4 or x.stride(-1) != 1:
-        raise ValueError(f"apply_rope: x must be (B, T, H, D) with a contiguous last dim, got {tuple(x.shape)}")
-    B, T, H, D = x.shape
-    half = rotary_dim // 2
-    if rotary_dim % 2 or not 0 < rotary_dim <= D or cos.shape[1] != half or sin.shape != cos.shape:
-        raise ValueError(f"apply_rope: rotary_dim {rotary_dim} does not fit head size {D} and tables "
-                         f"{tuple(cos.shape)}")
-    positions = positions.expand(B, T)
+    B, T, H, half, positions = launch_contracts.apply_rope(x, cos, sin, positions, rotary_dim)
     block_h, block_half = triton.next_power_of_2(H), triton.next_power_of_2(half)
     block_t = rows_per_program(T, block_h * block_half)  # tokens per program, all heads of each
     # No fused multiply-adds: "round(x1*c) - round(x2*s)" contracted into one FMA would skip a

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from . import todo_kernels
+from ..model import launch_contracts
 from ..model.course_model import TrackOps, track_ops
 from .kernel_cases import CASES, Close, Inputs, Verdict
 
@@ -72,12 +73,15 @@ def recording_checks():
 @contextlib.contextmanager
 def poisoned_outputs(package_dir: Path):
     """Float tensors that the package's launchers allocate (torch.empty / empty_like called from a file
-    of ``package_dir``) start as NaN, so an element a kernel never writes fails its check."""
+    of ``package_dir``, or from the launch contracts they share) start as NaN, so an element a kernel
+    never writes fails its check."""
     empty, empty_like = torch.empty, torch.empty_like
     package_dir = package_dir.resolve()
+    contracts = Path(launch_contracts.__file__).resolve()
 
     def from_package():
-        return Path(sys._getframe(2).f_code.co_filename).resolve().parent == package_dir
+        caller = Path(sys._getframe(2).f_code.co_filename).resolve()
+        return caller.parent == package_dir or caller == contracts
 
     def poison(t):
         if t.is_floating_point():

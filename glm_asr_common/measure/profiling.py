@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..model import regions
+from ..model import regions as named_regions
 
 COMPONENTS = ("encoder", "projector", "prefill", "decode")
 PARTS = {"encoder": ("conv", "layers", "norm", "other"), "projector": (),
@@ -203,7 +203,7 @@ class RegionTimer:
             torch.cuda.synchronize()
         self._names, self._parents, self._starts, self._ends, self._stack = [], [], [], [], []
         self._base = self._mark()
-        regions.set_timer(self)
+        named_regions.set_timer(self)
         return self
 
     def enter(self, name: str):
@@ -227,7 +227,7 @@ class RegionTimer:
             self._stack.remove(idx)
 
     def __exit__(self, *exc):
-        regions.set_timer(None)
+        named_regions.set_timer(None)
         end = self._mark()
         if self.cuda:
             torch.cuda.synchronize()
@@ -392,7 +392,7 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
         if cat in HOST_CATEGORIES:
             host.append(span)
         elif cat == GPU_ANNOTATION:
-            if span.name in regions.REGION_NAMES:
+            if span.name in named_regions.REGION_NAMES:
                 gpu_regions.append(span)
         elif cat in LAUNCH_CATEGORIES:
             if span.args.get("correlation") is not None:
@@ -417,7 +417,7 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
     regions = Regions()
     for i, s in enumerate(host):
         p = parent[i]
-        if s.name in regions.REGION_NAMES:
+        if s.name in named_regions.REGION_NAMES:
             region_idx[i] = len(regions.names)
             regions.names.append(s.name)
             regions.parents.append(region_of[p] if p >= 0 else -1)

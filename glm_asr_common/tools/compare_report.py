@@ -45,7 +45,7 @@ from ..course import self_check
 from ..course import todo_kernels
 from .command_line import time_runs
 from ..errors import UserError
-from .tracks import REPO_ROOT, import_track, track_folders, track_paths
+from .tracks import import_track, track_folders, track_paths
 
 # A row is flagged in the bottleneck analysis when it is this much slower than the solution's.
 SLOWER_FLAG = 1.25
