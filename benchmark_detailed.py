@@ -881,7 +881,7 @@ def folder_launchers(folder: str) -> dict:
                 found[name] = getattr(mod, name)
     try:
         ops = course_model.track_ops(folder)
-    except (ImportError, AttributeError):  # not a course-model folder (the PyTorch track)
+    except (ImportError, UserError):  # not a course-model folder (the PyTorch track)
         return found
     found["encoder_attention"] = functools.partial(course_model.encoder_attention, ops)
     found["decoder_attention"] = functools.partial(course_model.decoder_attention, ops)

@@ -204,9 +204,9 @@ def mask_scores_kernel(s, row_start, first_slot, valid_len, queries, ROWS: ct.Co
 
 def mask_scores(scores: torch.Tensor, row_start: torch.Tensor, first_slot: torch.Tensor,
                 valid_len: torch.Tensor) -> torch.Tensor:
-    """-inf in place on the fp32 scores (..., Tq, Tk) of one batch row where key j is outside
-    [row_start, valid_len) and is not query i's own slot first_slot + i. row_start, first_slot,
-    valid_len: int32 (1,) device tensors."""
+    """-inf in place on one batch row's fp32 scores (..., Tq, Tk) where key j is outside [row_start,
+    valid_len) and is not query i's own slot first_slot + i (int32 (1,) device tensors, so that a
+    captured graph reads the current ones)."""
     rows = launch_contracts.fp32_rows(scores, "mask_scores")
     queries, keys = scores.shape[-2:]
     block = min(next_power_of_2(keys), 1024)

@@ -1,11 +1,6 @@
-"""The course's layer kernels for GLM-ASR, in NVIDIA cuTile, each above its launcher.
-
-    rmsnorm_kernel      y = x / sqrt(mean(x^2) + eps) * w         decoder norms, final norm
-    layernorm_kernel    y = (x - mean) / sqrt(var + eps) * w + b  encoder norms
-    gelu_kernel         y = x/2 * (1 + erf(x / sqrt 2))           conv stem, encoder MLP, projector
-    silu_kernel         y = x * sigmoid(x)                        decoder MLP (SwiGLU's gate)
-    linear_kernel_tf32  out = x W^T + b on the tensor cores       every linear layer and lm_head
-    softmax_kernel      row softmax                               decoder attention probabilities
+"""The course's layer kernels for GLM-ASR, in NVIDIA cuTile, each above its launcher: rmsnorm_kernel,
+layernorm_kernel, gelu_kernel, silu_kernel, linear_kernel_tf32, softmax_kernel (their formulas and
+where the model uses them: GUIDE.md, "The eleven kernels you write").
 
 A cuTile kernel sees tensors as arrays that know their shape and strides, and moves whole tiles:
 ``ct.load(array, index, shape)`` reads the tile at ``index`` counted in tiles (tile (i, j) of shape
@@ -217,12 +212,8 @@ def _linear_tiles(M: int, dtype: torch.dtype) -> tuple[int, int, int]:
 
 def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
                 precision: str = "tf32", out: torch.Tensor | None = None) -> torch.Tensor:
-    """out = x (M, K) @ weight (N, K)^T + bias on the tensor cores, in x.dtype.
-
-    x: rows with a contiguous last dim (a strided row view such as hidden[:, -1] is fine); weight:
-    nn.Linear layout, rows contiguous. precision: "tf32" or "ieee" for fp32 operands (ignored for
-    bf16, which accumulates in fp32). out: an (M, N) buffer with a contiguous last dim, or None.
-    """
+    """out = x @ weight^T + bias on the tensor cores, in x.dtype (shapes: launch_contracts.linear); x
+    may be a strided row view such as hidden[:, -1]; bf16 ignores precision (fp32 accumulation)."""
     M, N, K, out = launch_contracts.linear(x, weight, out, precision)
     block_m, block_n, block_k = _linear_tiles(M, x.dtype)
     # Without a bias the kernel never reads that argument (HAS_BIAS=False compiles the load away).

@@ -120,12 +120,8 @@ def apply_rope_kernel(x, cos, sin, positions, HALF: ct.Constant[int], BLOCK_T: c
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                rotary_dim: int) -> torch.Tensor:
-    """Rotate x (B, T, H, D) in place and return it.
-
-    x may be any view whose last dim is contiguous, e.g. the q and k heads of a fused QKV output
-    ``qkv[..., :2*H*D].view(B, T, 2*H, D)`` (q and k rotated by one launch). positions: integer
-    (B, T) for row-dependent positions, or (T,) shared by every row. Channels >= rotary_dim untouched.
-    """
+    """Rotate x (B, T, H, D) in place and return it (shapes: launch_contracts.apply_rope); x may be the
+    q and k heads of a fused QKV output, ``qkv[..., :2*H*D].view(B, T, 2*H, D)``: one launch for both."""
     B, T, H, half, positions = launch_contracts.apply_rope(x, cos, sin, positions, rotary_dim)
     block_h, block_half = next_power_of_2(H), next_power_of_2(half)
     block_t = rows_per_block(T, block_h * block_half)  # tokens per block, all heads of each

@@ -1,14 +1,11 @@
 # Generated from glm_asr_cutile_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
-"""The course's attention kernels for GLM-ASR, in NVIDIA cuTile: the textbook path, three launches.
-
-    attention_scores_kernel   S = Q K^T * scale, fp32      (causal: -inf above the diagonal)
-    softmax_inplace_kernel    P = softmax(S) row by row, in place
-    attention_output_kernel   O = P V
-
-Each sits above its launcher (``attention_scores``, ``softmax_inplace``, ``attention_output``). The
-course model (glm_asr_common/model/course_model.py) composes them: encoder_attention (scores, in-place
-softmax, P·V over the whole 30 s window) and decoder_attention (scores, glue.mask_scores,
-softmax_kernel of layers.py, P·V over the KV cache; GQA by a 0 head stride, no copies).
+"""The course's attention kernels for GLM-ASR, in NVIDIA cuTile: the textbook path, three launches,
+each above its launcher: attention_scores_kernel (S = Q K^T * scale in fp32, -inf above the
+diagonal when causal), softmax_inplace_kernel (P = softmax(S), over S's memory) and
+attention_output_kernel (O = P V). The course model (glm_asr_common/model/course_model.py) composes
+them: encoder_attention (scores, in-place softmax, P·V over the whole 30 s window) and
+decoder_attention (scores, glue.mask_scores, layers.py's softmax_kernel, P·V over the KV cache; GQA
+by a 0 head stride, no copies).
 
 q, k and v arrive as (B, H, T, D) views of a fused QKV output or of the cache (any strides,
 contiguous head channels); a kernel loads a (1, 1, BLOCK_M, BLOCK_D) tile of such an array and
@@ -122,11 +119,8 @@ def softmax_inplace(scores: torch.Tensor) -> torch.Tensor:
 
 def attention_output(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None, *,
                      precision: str = "tf32") -> torch.Tensor:
-    """O = p v: p (B, H, Tq, Tk) fp32 probabilities, v (B, H, Tk, D) -> out (B, H, Tq, D) in v.dtype.
-
-    out may be any (B, H, Tq, D) view with a contiguous last dim, e.g. a token-major (B, Tq, H, D)
-    buffer seen through permute(0, 2, 1, 3), so the next linear reads it without a copy.
-    """
+    """O = p v into out, allocated when None (shapes: launch_contracts.attention_output); out may be a
+    token-major (B, Tq, H, D) buffer seen through permute(0, 2, 1, 3): the next linear reads it as rows."""
     B, H, Tq, Tk, D, out = launch_contracts.attention_output(p, v, out)
     block_m, block_n, block_d = _tiles(Tq, D)
     launch((cdiv(Tq, block_m), B * H), attention_output_kernel, p, v, out, precision == "tf32",

@@ -218,9 +218,9 @@ def mask_scores_kernel(s_ptr, row_start_ptr, first_slot_ptr, valid_len_ptr, n_ro
 
 def mask_scores(scores: torch.Tensor, row_start: torch.Tensor, first_slot: torch.Tensor,
                 valid_len: torch.Tensor) -> torch.Tensor:
-    """-inf in place on the fp32 scores (..., Tq, Tk) of one batch row where key j is outside
-    [row_start, valid_len) and is not query i's own slot first_slot + i. row_start, first_slot,
-    valid_len: int32 (1,) device tensors."""
+    """Hide what query i of one batch row must not see: -inf in place on its fp32 scores (..., Tq, Tk)
+    for keys outside [row_start, valid_len) other than its own slot first_slot + i. The three
+    counters are int32 (1,) device tensors, read when the kernel runs (inside a replayed graph too)."""
     rows = launch_contracts.fp32_rows(scores, "mask_scores")
     queries, keys = scores.shape[-2:]
     block = min(triton.next_power_of_2(keys), 4096)

@@ -35,13 +35,16 @@ from glm_asr_triton_example import STUDENT_KERNELS  # noqa: E402
 
 TEMPLATE = "glm_asr_triton_template"
 FILLED = "glm_asr_triton_filled"
+# Both tracks' templates, with their example and the prefix of their kernels' GUIDE.md anchors.
+TRACK_TEMPLATES = {"glm_asr_triton_template": ("glm_asr_triton_example", ""),
+                   "glm_asr_cutile_template": ("glm_asr_cutile_example", "cutile-")}
 DEV = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 
 
-def template_todos() -> set[str]:
-    """Kernels the template folder still declares with @student_kernel (all ten until a student starts)."""
+def template_todos(template: str = TEMPLATE) -> set[str]:
+    """Kernels a template folder still declares with @student_kernel (all eleven until a student starts)."""
     found = set()
-    for path in (REPO / TEMPLATE).glob("*.py"):
+    for path in (REPO / template).glob("*.py"):
         found |= set(re.findall(r'^@student_kernel\("(\w+)"', path.read_text(), re.M))
     return found
 
@@ -160,7 +163,8 @@ def run_benchmark(argv, capsys):
     return exit_info.value.code, out, err
 
 
-def test_template_allow_reference_all_end_to_end(tiny_ckpt, clips, tmp_path, capsys):
+@pytest.mark.parametrize("template", TRACK_TEMPLATES)
+def test_template_allow_reference_all_end_to_end(template, tiny_ckpt, clips, tmp_path, capsys):
     """Every course kernel stands in for its TODO and every one of them runs: the template's ids are
     the example's course path's and transformers'."""
     from parity import hf_generate, hf_model, inputs_for, track_model
@@ -169,12 +173,12 @@ def test_template_allow_reference_all_end_to_end(tiny_ckpt, clips, tmp_path, cap
     common = ["--audio", str(clips["short"]), "--model", str(tiny_ckpt), "--device", "cpu", "--precision", "fp32",
               "--min-new-tokens", str(new_tokens), "--max-new-tokens", str(new_tokens), "--runs", "1", "--warmup", "0"]
     out_json = tmp_path / "template.json"
-    code, out, err = run_benchmark([TEMPLATE, *common, "--allow-reference", "all", "--json", str(out_json)], capsys)
+    code, out, err = run_benchmark([template, *common, "--allow-reference", "all", "--json", str(out_json)], capsys)
     assert code == 0, out + err
     data = json.loads(out_json.read_text())
     assert data["path"] == "course"
-    assert data["substituted_kernels"] == sorted(template_todos())
-    example, ckpt = track_model("glm_asr_triton_example:course", tiny_ckpt)
+    assert data["substituted_kernels"] == sorted(template_todos(template))
+    example, ckpt = track_model(f"{TRACK_TEMPLATES[template][0]}:course", tiny_ckpt)
     inputs = inputs_for(ckpt, [load_audio(clips["short"])])
     expected = hf_generate(hf_model(tiny_ckpt), inputs, new_tokens, new_tokens, ckpt.config.eos_token_ids)[0]
     assert len(set(expected)) > 3, "degenerate reference"
@@ -187,18 +191,22 @@ def test_template_allow_reference_all_end_to_end(tiny_ckpt, clips, tmp_path, cap
         assert f"Reference kernels: {len(data['substituted_kernels'])} of the example's kernels" in out
 
 
+@pytest.mark.parametrize("template", TRACK_TEMPLATES)
 @pytest.mark.parametrize("kernel", STUDENT_KERNELS)
-def test_every_course_kernel_is_on_the_template_path(kernel, tiny_ckpt, capsys):
+def test_every_course_kernel_is_on_the_template_path(template, kernel, tiny_ckpt, capsys):
     """With every other kernel stood in for by the example's, a transcription still reaches the one
-    left TODO and stops there, naming it: no kernel of the course is off the model's path."""
-    if kernel not in template_todos():
+    left TODO and stops there, naming it and its GUIDE section: no kernel of the course is off the
+    model's path."""
+    if kernel not in template_todos(template):
         pytest.skip(f"{kernel} is written: this check needs it TODO (it holds for the generated template)")
     others = ",".join(k for k in STUDENT_KERNELS if k != kernel)
-    code, out, err = run_benchmark([TEMPLATE, "--model", str(tiny_ckpt), "--device", "cpu", "--max-new-tokens", "2",
+    code, out, err = run_benchmark([template, "--model", str(tiny_ckpt), "--device", "cpu", "--max-new-tokens", "2",
                                     "--runs", "1", "--warmup", "0", "--allow-reference", others], capsys)
     assert code == 2, out
     line = _one_error_line(err)
-    assert line.startswith(f"error: {kernel} in {TEMPLATE}/"), line
+    assert line.startswith(f"error: {kernel} in {template}/"), line
+    guide = f"GUIDE.md#{TRACK_TEMPLATES[template][1]}{kernel}"
+    assert guide in line and f"--allow-reference {kernel}" in line
 
 
 def _one_error_line(err):
@@ -207,12 +215,13 @@ def _one_error_line(err):
     return lines[0]
 
 
-def test_template_allow_reference_unknown_kernel_exits_2(tiny_ckpt, capsys):
-    code, out, err = run_benchmark([TEMPLATE, "--model", str(tiny_ckpt), "--device", "cpu",
-                                    "--allow-reference", "rmsnorm_kernel,flash_kernel"], capsys)
+@pytest.mark.parametrize("template", TRACK_TEMPLATES)
+def test_template_allow_reference_unknown_kernel_exits_2(template, tiny_ckpt, capsys):
+    code, out, err = run_benchmark([template, "--model", str(tiny_ckpt), "--device", "cpu",
+                                    "--allow-reference", "apply_rope_kernel,flash_kernel"], capsys)
     assert code == 2
     line = _one_error_line(err)
-    assert "flash_kernel" in line and "rmsnorm_kernel" in line and "Loaded audio" not in out
+    assert "flash_kernel" in line and "apply_rope_kernel" in line and "Loaded audio" not in out
 
 
 def test_allow_reference_names_need_a_template(tiny_ckpt, capsys):

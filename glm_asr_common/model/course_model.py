@@ -29,6 +29,7 @@ from typing import Callable
 
 import torch
 
+from ..errors import UserError
 from .config import ModelConfig
 from .engine import GreedyModel
 from .precision import Precision
@@ -94,7 +95,8 @@ def track_ops(package: str) -> TrackOps:
         module = importlib.import_module(f"{package}.{file}")
         for name in names:
             if not hasattr(module, name):
-                raise AttributeError(f"{package}/{file}.py has no {name}: the course model calls it")
+                raise UserError(f"{package}/{file}.py has no {name}: the course model calls it "
+                                "(course_model.TrackOps lists what a track provides)")
             found[name] = getattr(module, name)
     return TrackOps(**found)
 
