@@ -16,7 +16,8 @@ that saves a round trip through memory or a launch. Read top to bottom:
   greedy_head     RMSNorm + lm_head + argmax fused: the logits never reach memory.
 
 Kernels: fast_linear.py (GEMM / GEMV), fast_attention.py, fast_rope.py, fast_head.py; shared with the
-course path: conv.py, glue.py (embedding, RoPE rotation, argmax), layers.rmsnorm, rope.rope_tables.
+course path: conv.py, glue.py (embedding, argmax helpers), layers.layernorm / rmsnorm, rope.rope_tables
+and rope.apply_rope (the encoder's rotation).
 """
 
 import torch

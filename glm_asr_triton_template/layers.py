@@ -3,8 +3,8 @@
 layernorm_kernel, gelu_kernel, silu_kernel, linear_kernel_tf32, softmax_kernel (their formulas and
 where the model uses them: GUIDE.md, "The eleven kernels you write").
 
-These are the model's whole arithmetic apart from attention (attention.py), the RoPE tables (rope.py)
-and the provided glue (glue.py, conv.py): model.py calls nothing else. Launchers take and return torch
+These are the model's whole arithmetic apart from attention (attention.py), RoPE (rope.py) and the
+provided glue (glue.py, conv.py): the course model calls nothing else. Launchers take and return torch
 tensors; torch only allocates and makes views. Every kernel computes in fp32 and rounds to the
 activation dtype where transformers materialises a tensor of that dtype, so bf16 greedy decoding
 picks transformers' tokens. ``round_to`` (_triton_compat) is that cast: plain on the GPU,

@@ -125,7 +125,7 @@ def test_compare_rejects_an_unknown_solution(tiny_ckpt, capsys):
 
 def test_compare_of_right_kernels_leads_with_equal_ids(tiny_ckpt, tmp_path, capsys):
     """Every course kernel right (the example graded against itself): no transcript FAIL on random
-    weights, the report leads with the ids verdict beside the ten passing kernels, exit 0."""
+    weights, the report leads with the ids verdict beside the eleven passing kernels, exit 0."""
     import benchmark_student
 
     report_dir = tmp_path / "report"
