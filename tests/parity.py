@@ -19,12 +19,18 @@ def hf_model(model_dir, dtype=torch.float32):
     return _HF_CACHE[key]
 
 
+# The tests' device: the GPU where there is one (utils/gpu_check.sh runs some of these files there),
+# else the CPU, through Triton's interpreter and the cuTile emulator.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def track_model(track, model_dir, precision="fp32"):
-    """(model, checkpoint) of a "folder:path" track (or a bare folder: its default path) on the CPU."""
+    """(model, checkpoint) of a "folder:path" track (or a bare folder: its default path) on DEVICE."""
     folder, _, path = track.partition(":")
     precision = get_precision(precision)
     ckpt = open_checkpoint(str(model_dir), precision.dtype)
-    return import_track(folder, path or None, "cpu").load_model(ckpt.config, ckpt.weights, "cpu", precision), ckpt
+    module = import_track(folder, path or None, DEVICE)
+    return module.load_model(ckpt.config, ckpt.weights, DEVICE, precision), ckpt
 
 
 def inputs_for(ckpt, audios) -> ASRInputs:

@@ -17,7 +17,7 @@ import torch
 from glm_asr_common.model.audio import load_audio
 from glm_asr_common.tools.tracks import REPO_ROOT
 from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint
-from parity import hf_generate, hf_model, inputs_for, track_model
+from parity import DEVICE, hf_generate, hf_model, inputs_for, track_model
 from tracks import TRACKS
 
 SHAPES = {
@@ -59,8 +59,8 @@ def test_course_attention_at_window_lengths(keys):
     from glm_asr_triton_example.attention import attention_output, attention_scores, softmax_inplace
 
     gen = torch.Generator().manual_seed(keys)
-    q = torch.randn(1, 1, 3, 24, generator=gen)
-    k, v = (torch.randn(1, 1, keys, 24, generator=gen) for _ in range(2))
+    q = torch.randn(1, 1, 3, 24, generator=gen).to(DEVICE)
+    k, v = (torch.randn(1, 1, keys, 24, generator=gen).to(DEVICE) for _ in range(2))
     scores = attention_scores(q, k, 24 ** -0.5, causal=False, precision="ieee")
     out = attention_output(softmax_inplace(scores), v, precision="ieee")
     torch.testing.assert_close(out.double(), _reference_attention(q, k, v, 24 ** -0.5), rtol=1e-4, atol=1e-5)
@@ -71,7 +71,7 @@ def test_fast_encoder_attention_at_window_lengths(frames):
     from glm_asr_triton_example.fast_attention import flash_attention
 
     gen = torch.Generator().manual_seed(frames)
-    q, k, v = (torch.randn(1, frames, 1, 24, generator=gen) for _ in range(3))  # (B, T, H, D)
+    q, k, v = (torch.randn(1, frames, 1, 24, generator=gen).to(DEVICE) for _ in range(3))  # (B, T, H, D)
     out = flash_attention(q, k, v, 24 ** -0.5, causal=False, precision="ieee")
     expected = _reference_attention(*(t.transpose(1, 2) for t in (q, k, v)), 24 ** -0.5).transpose(1, 2)
     torch.testing.assert_close(out.double(), expected, rtol=1e-4, atol=1e-5)

@@ -1,10 +1,12 @@
-"""The Triton track computes nothing with torch, on either path: every aten op its forward calls must be
-an allocation, a view or a copy. Records the ops with a TorchDispatchMode during a whole transcription."""
+"""Neither track computes anything with torch, on any kernel path: every aten op its forward calls must
+be an allocation, a view or a copy. Records the ops with a TorchDispatchMode during a whole
+transcription. (In the cuTile emulator a kernel's own tile work is plain torch: it runs unrecorded.)"""
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from glm_asr_common.cutile import runtime as cutile_runtime
 from glm_asr_common.model.audio import load_audio
 from parity import inputs_for, track_model
 
@@ -25,7 +27,8 @@ ALLOWED = {
     "_record_function_enter_new", "_record_function_exit",
 }
 
-TRITON_TRACKS = ["glm_asr_triton_example:course", "glm_asr_triton_example:fast"]
+KERNEL_TRACKS = ["glm_asr_triton_example:course", "glm_asr_triton_example:fast", "glm_asr_cutile_example:course",
+                 "glm_asr_cutile_example:fast"]
 
 
 class OpRecorder(TorchDispatchMode):
@@ -38,15 +41,23 @@ class OpRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("track", TRITON_TRACKS)
-def test_forward_uses_torch_only_to_allocate_view_and_copy(track, tiny_ckpt, clips):
+@pytest.mark.parametrize("track", KERNEL_TRACKS)
+def test_forward_uses_torch_only_to_allocate_view_and_copy(track, tiny_ckpt, clips, monkeypatch):
     model, ckpt = track_model(track, tiny_ckpt)
     inputs = inputs_for(ckpt, [load_audio(clips["short"]), load_audio(clips["other"])])
+    if cutile_runtime.MODE == "emulate":
+        emulated_launch = cutile_runtime.ct.launch
+
+        def launch_outside_the_record(*args):
+            with _disable_current_modes():
+                emulated_launch(*args)
+
+        monkeypatch.setattr(cutile_runtime.ct, "launch", launch_outside_the_record)
     with OpRecorder() as recorder:
         model.generate(inputs, 4, 4)
         model.prefill_logits(inputs)
     computed = sorted(recorder.ops - ALLOWED)
-    assert not computed, f"torch computed {computed} in the forward pass; these must be Triton kernels"
+    assert not computed, f"torch computed {computed} in the forward pass; these must be kernels"
     assert "copy_" in recorder.ops or "_to_copy" in recorder.ops  # the recorder did see the forward
 
 
