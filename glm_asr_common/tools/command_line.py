@@ -1,6 +1,7 @@
 """Command-line plumbing shared by benchmark_student.py, benchmark_detailed.py and demo.py."""
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -313,6 +314,13 @@ def open_session(args, folder: str, log=print) -> Session:
     session = prepare_session(args, folder, log)
     load_track_model(session, log)
     return session
+
+
+def release(device: str):
+    """What a model that is gone held: its Python objects, and on a GPU the allocator's cached blocks."""
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
 
 def timed_generate(model, inputs: ASRInputs, args, device: str, on_token=None) -> tuple[float, list[int]]:
