@@ -96,11 +96,6 @@ def open_hf_session(args, like) -> Session:
                    path_summary="transformers' GlmAsrForConditionalGeneration")
 
 
-# ---------------------------------------------------------------------------------------------
-# Measuring folders
-# ---------------------------------------------------------------------------------------------
-
-
 def split_track(spec: str) -> tuple[str, str | None]:
     """"folder" or "folder:path" -> (folder name, path or None)."""
     folder, _, path = spec.partition(":")
@@ -119,11 +114,6 @@ def analyze(args, folder: str, peaks, hf_like=None) -> tuple[dict, object]:
         label = "transformers"
     measured = measure(session, args, label)
     return build_report(session, args, measured, peaks, label), session
-
-
-# ---------------------------------------------------------------------------------------------
-# Text output
-# ---------------------------------------------------------------------------------------------
 
 
 def print_report(rep: dict, peaks, top: int = 30):
@@ -281,10 +271,6 @@ def print_comparison(cmp: dict):
     print(table(headers, rows, align="ll" + "r" * (len(headers) - 2)))
 
 
-# ---------------------------------------------------------------------------------------------
-# CSV
-# ---------------------------------------------------------------------------------------------
-
 CSV_COLUMNS = ["folder", "phase", "class", "kernel", "calls", "total_ms", "pct", "mean_us", "flops", "bytes",
                "source", "intensity", "tflops", "gbps", "pct_peak_flops", "pct_peak_bw", "pct_roof", "verdict"]
 
@@ -303,11 +289,6 @@ def write_csv(path: str, reports: list[dict]):
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write --csv {path}: {e.strerror}") from None
-
-
-# ---------------------------------------------------------------------------------------------
-# --attention-only / --linear-only micro-benchmarks
-# ---------------------------------------------------------------------------------------------
 
 
 def print_micro(res: dict, peaks):
@@ -340,11 +321,6 @@ def print_micro(res: dict, peaks):
           "max|folder - torch| / max|torch| on the same inputs.")
 
 
-# ---------------------------------------------------------------------------------------------
-# --nsys
-# ---------------------------------------------------------------------------------------------
-
-
 def run_nsys(args) -> int:
     nsys = shutil.which("nsys")
     if nsys is None:
@@ -371,11 +347,6 @@ def run_nsys(args) -> int:
     subprocess.call([nsys, "stats", "--report", "nvtx_sum", report])
     print(f"Kernel summary: nsys stats --report cuda_gpu_kern_sum {report}; timeline: nsys-ui {report}")
     return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# main
-# ---------------------------------------------------------------------------------------------
 
 
 def main(argv) -> int:
@@ -416,9 +387,8 @@ def main(argv) -> int:
     if args.nsys:
         return run_nsys(args)
     check_json_path(args.json)
-    for opt, path in (("--csv", args.csv),):
-        if path and not Path(path).resolve().parent.is_dir():
-            raise UserError(f"{opt} {path}: directory {Path(path).parent} does not exist")
+    if args.csv and not Path(args.csv).resolve().parent.is_dir():
+        raise UserError(f"--csv {args.csv}: directory {Path(args.csv).parent} does not exist")
     if args.plot:
         pyplot(required_by="--plot")  # fail now, not after the measurements
     if device == "cuda":
@@ -446,14 +416,10 @@ def main(argv) -> int:
     main_report, session = analyze(args, folder, peaks)
     reports = [main_report]
     print_report(main_report, peaks, args.top)
-    hf_source = None
-    if args.baseline == "hf":
-        hf_source = session  # same inputs, device, dtype
-        session.model = None
-        release(device)
-    else:
-        del session
-        release(device)
+    hf_source = session if args.baseline == "hf" else None  # transformers runs on its inputs, device and weights
+    session.model = None
+    del session
+    release(device)
     for other, other_path in others:
         own_path, args.path = args.path, other_path
         try:

@@ -621,6 +621,17 @@ def test_component_mapping_of_nested_regions():
     assert c(["encoder"]) == ("encoder", "other")
 
 
+def test_timer_warms_up_repeats_and_returns_the_result():
+    from glm_asr_common.measure import timer
+
+    calls = []
+    times = timer.time_repeats(lambda: calls.append(1), "cpu", warmup=2, repeats=3, flush=True, graph=True)
+    assert len(calls) == 5 and len(times) == 3 and all(t >= 0 for t in times)  # flush, graph: GPU only
+    ms, result = timer.time_call(lambda: 42, "cpu")
+    assert result == 42 and ms >= 0
+    assert timer.quartiles([3.0]) == (3.0, 3.0, 3.0) and timer.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 3.0, 4.0)
+
+
 def test_region_timer_splits_a_run():
     from glm_asr_common.measure.components import RegionTimer, summarize
     from glm_asr_common.model import regions

@@ -156,25 +156,15 @@ def build_report(session, args, measured: dict, peaks, label: str, log=print) ->
 
 def comparison(reports: list[dict]) -> dict:
     """Side-by-side numbers: per component (wall ms) and per (phase, class) (kernel ms)."""
-    base = reports[0]
-    comp_rows = []
-    for i, r in enumerate(base["components"]):
-        row = {"name": r["name"], "key": r["key"], "level": r["level"], "ms": [rep["components"][i]["wall_ms"]
-                                                                             for rep in reports]}
-        comp_rows.append(row)
-    comp_rows.append({"name": "end to end (median)", "key": "e2e", "level": 0,
-                      "ms": [rep["end_to_end"]["median_ms"] for rep in reports]})
-    keys = []
-    for rep in reports:
-        for c in rep["operator_classes"]:
-            if c["kernels"] and (c["phase"], c["class"]) not in keys:
-                keys.append((c["phase"], c["class"]))
-    class_rows = []
-    for key in keys:
-        ms = []
-        for rep in reports:
-            hit = [c for c in rep["operator_classes"] if (c["phase"], c["class"]) == key and c["kernels"]]
-            ms.append(hit[0]["total_ms"] if hit else 0.0)
-        class_rows.append({"phase": key[0], "class": key[1], "ms": ms})
-    return {"labels": [r["label"] for r in reports], "components": comp_rows, "classes": class_rows,
+    components = [{"name": r["name"], "key": r["key"], "level": r["level"],
+                   "ms": [rep["components"][i]["wall_ms"] for rep in reports]}
+                  for i, r in enumerate(reports[0]["components"])]
+    components.append({"name": "end to end (median)", "key": "e2e", "level": 0,
+                       "ms": [rep["end_to_end"]["median_ms"] for rep in reports]})
+    kernel_ms = [{(c["phase"], c["class"]): c["total_ms"] for c in rep["operator_classes"] if c["kernels"]}
+                 for rep in reports]
+    keys = dict.fromkeys(key for per_class in kernel_ms for key in per_class)  # first seen first
+    classes = [{"phase": phase, "class": cls, "ms": [per_class.get((phase, cls), 0.0) for per_class in kernel_ms]}
+               for phase, cls in keys]
+    return {"labels": [r["label"] for r in reports], "components": components, "classes": classes,
             "tokens": [r["tokens"] for r in reports]}

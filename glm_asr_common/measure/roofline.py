@@ -56,11 +56,6 @@ from .timer import time_repeats
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "bf16": 2, "tf32": 4, "fp32": 4}
 
 
-# ---------------------------------------------------------------------------------------------
-# Logical operations of one transcription
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclass
 class Op:
     """One logical operation; flops and bytes are totals over its calls."""
@@ -107,9 +102,8 @@ def rmsnorm(phase, name, M, N, e) -> Op:
     return Op(phase, "norm", name, 4.0 * M * N, float(e * (2 * M * N + N)))
 
 
-def pointwise(phase, name, elements, e, *, flops_per_element, reads=1, writes=1, extra_bytes=0) -> Op:
-    return Op(phase, "pointwise", name, float(flops_per_element * elements),
-              float(e * elements * (reads + writes) + extra_bytes))
+def pointwise(phase, name, elements, e, *, flops_per_element, reads=1, writes=1) -> Op:
+    return Op(phase, "pointwise", name, float(flops_per_element * elements), float(e * elements * (reads + writes)))
 
 
 def embedding(phase, name, M, H, e) -> Op:
@@ -255,10 +249,6 @@ def by_class(ops: list[Op]) -> dict[tuple[str, str], tuple[float, float]]:
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-# ---------------------------------------------------------------------------------------------
-# Shapes recorded by the profiler for torch ops (exact FLOPs/bytes of that call)
-# ---------------------------------------------------------------------------------------------
-
 _DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "BFloat16": 2, "Half": 2}
 
 
@@ -298,11 +288,6 @@ def shape_cost(op_name: str, shapes, dtypes=None, concrete=None) -> tuple[float,
         return op.flops, op.bytes
     except (TypeError, ValueError, IndexError):
         return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Device peaks: measured once per device name, cached
-# ---------------------------------------------------------------------------------------------
 
 
 def cache_dir() -> Path:
@@ -432,10 +417,6 @@ def device_peaks(device: str, *, refresh: bool = False, log=print) -> Peaks:
         peaks.source = f"measured now (cache not writable: {err.strerror})"
     return peaks
 
-
-# ---------------------------------------------------------------------------------------------
-# Achieved throughput and verdicts
-# ---------------------------------------------------------------------------------------------
 
 LATENCY_CALL_SECONDS = {"cuda": 20e-6, "cpu": 100e-6}
 LOW_FRACTION = 0.10
