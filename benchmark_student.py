@@ -29,6 +29,7 @@ from glm_asr_common.tools import compare_report
 from glm_asr_common.course import todo_kernels
 from glm_asr_common.tools.command_line import ArgumentParser, add_common_args, load_track_model, prepare_session, time_runs, write_json
 from glm_asr_common.errors import UserError, run_cli
+from glm_asr_common.measure.components import aggregate, timed_run
 from glm_asr_common.model.frontend import decode
 from glm_asr_common.tools.tracks import track_folders
 from glm_asr_common.reference.scoring import accuracy
@@ -91,8 +92,6 @@ def main(argv) -> int:
     if verdict.ids_check is not None:
         print(verdict.ids_check.line())
     if args.profile:
-        from glm_asr_common.measure.profiling import print_component_summary
-
         print_component_summary(session, args)
 
     ids_check = verdict.ids_check
@@ -116,6 +115,33 @@ def main(argv) -> int:
     if args.json:
         write_json(args.json, result)
     return verdict.code
+
+
+def print_component_summary(session, args):
+    """--profile: per-component lines, medians of --runs transcriptions with region timers."""
+    device = session.device
+    runs = [timed_run(session.model, session.inputs, args.max_new_tokens, args.min_new_tokens, device)[0]
+            for _ in range(max(1, args.runs))]
+    med = {k: v["median"] for k, v in aggregate(runs).items() if isinstance(v, dict)}
+    graph = getattr(session.model, "use_cuda_graph", False) and device == "cuda"
+    print("=" * 60)
+    print(f"PROFILE (median of {len(runs)} runs; region timers, {'CUDA events' if device == 'cuda' else 'CPU clock'})")
+    print("=" * 60)
+    total = med["total"] or 1.0
+    rows = [
+        ("Encoder", med["encoder"], f"conv {med['encoder.conv']:.1f}, {len(runs[0]['layers.encoder'])} layers "
+         f"{med['encoder.layers']:.1f}, norm {med['encoder.norm']:.1f}"),
+        ("Projector", med["projector"], ""),
+        ("Prefill", med["prefill"], f"embed {med['prefill.embed']:.1f}, {len(runs[0]['layers.prefill'])} layers "
+         f"{med['prefill.layers']:.1f}, head {med['prefill.head']:.1f}"),
+        ("Decode", med["decode"], f"{int(med['decode.steps'])} steps, {med['decode.step_median']:.2f} ms/step median"
+         + (" (CUDA graph: per-layer split hidden)" if graph else
+            f"; layers {med['decode.layers']:.1f}, head {med['decode.head']:.1f}")),
+        ("Outside regions", med["outside"], "host loop, syncs, input copies"),
+    ]
+    for name, ms, detail in rows:
+        print(f"{name + ':':<17}{ms:9.1f}ms {100 * ms / total:5.1f}%" + (f"  ({detail})" if detail else ""))
+    print(f"{'Total:':<17}{med['total']:9.1f}ms  (components + outside; see benchmark_detailed.py for kernels)")
 
 
 def write_report(report: dict, report_dir: str):

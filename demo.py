@@ -23,6 +23,7 @@ import streamlit as st
 import torch
 
 from glm_asr_common.course import todo_kernels
+from glm_asr_common.measure.timer import time_call
 from glm_asr_common.model.audio import AUDIO_EXTENSIONS, Audio, read_audio
 from glm_asr_common.model.checkpoint import DEFAULT_MODEL, HubUnavailable, default_config_dict
 from glm_asr_common.tools.command_line import (CPU_RUN_DEFAULTS, GPU_RUN_DEFAULTS, INTERPRETED_MAX_PARAMETERS, cpu_kernel_runner,
@@ -244,13 +245,10 @@ def transcribe(track: str, settings: dict, audio: Audio, live=None) -> Run:
 
     if live:
         live["status"].caption("Encoding the audio and reading the prompt (the first token comes after that)…")
-    if cuda:
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    ids = loaded.model.generate(inputs, run.max_new_tokens, on_token=on_token)[0]
-    if cuda:
-        torch.cuda.synchronize()
-    run.seconds = time.perf_counter() - start - redraw["seconds"]
+    start = time.perf_counter()  # the progress line's clock and the first token's latency
+    ms, ids = time_call(lambda: loaded.model.generate(inputs, run.max_new_tokens, on_token=on_token)[0],
+                        settings["device"])
+    run.seconds = ms / 1000 - redraw["seconds"]
     run.ids = list(ids)  # generate's own list: the stopping rules may drop the last streamed id (eos)
     run.text = shown_text(run, checkpoint.processor)
     run.references = todo_kernels.substituted()

@@ -1,21 +1,24 @@
-"""Helpers that run transformers' GlmAsr and a track on the same checkpoint and inputs."""
+"""Helpers that run transformers' GlmAsr (glm_asr_common.reference.hf_model) and a track on the same
+checkpoint and inputs."""
 
 import numpy as np
 import torch
 
 from glm_asr_common.model.frontend import ASRInputs, prepare_inputs
 from glm_asr_common.model.precision import get_precision
+from glm_asr_common.reference.hf_model import from_checkpoint
+from glm_asr_common.reference.hf_model import generate as hf_generate  # noqa: F401  (the tests' name for it)
+from glm_asr_common.reference.hf_model import model_inputs as hf_kwargs  # noqa: F401  (the tests' name for it)
 from glm_asr_common.tools.tracks import import_track, open_checkpoint
 
 _HF_CACHE = {}
 
 
 def hf_model(model_dir, dtype=torch.float32):
-    from transformers import GlmAsrForConditionalGeneration
-
+    """transformers' model of a checkpoint directory, read once per (directory, dtype) in a test session."""
     key = (str(model_dir), dtype)
     if key not in _HF_CACHE:
-        _HF_CACHE[key] = GlmAsrForConditionalGeneration.from_pretrained(str(model_dir), dtype=dtype).eval()
+        _HF_CACHE[key] = from_checkpoint(model_dir, dtype)
     return _HF_CACHE[key]
 
 
@@ -35,32 +38,6 @@ def track_model(track, model_dir, precision="fp32"):
 
 def inputs_for(ckpt, audios) -> ASRInputs:
     return prepare_inputs(list(audios), ckpt.config, ckpt.processor)
-
-
-def hf_kwargs(inputs: ASRInputs, dtype=torch.float32) -> dict:
-    return dict(
-        input_ids=torch.from_numpy(inputs.input_ids),
-        attention_mask=torch.from_numpy(inputs.attention_mask),
-        input_features=torch.from_numpy(inputs.input_features).to(dtype),
-        input_features_mask=torch.from_numpy(inputs.input_features_mask),
-    )
-
-
-def trim_at_eos(ids, eos) -> list[int]:
-    out = []
-    for token in ids:
-        out.append(int(token))
-        if int(token) in eos:
-            break
-    return out
-
-
-@torch.no_grad()
-def hf_generate(model, inputs: ASRInputs, max_new_tokens, min_new_tokens, eos, dtype=torch.float32):
-    out = model.generate(**hf_kwargs(inputs, dtype), do_sample=False, max_new_tokens=max_new_tokens,
-                         min_new_tokens=min_new_tokens)
-    prompt_len = inputs.input_ids.shape[1]
-    return [trim_at_eos(row[prompt_len:].tolist(), set(eos)) for row in out]
 
 
 def rel_err(ours, ref) -> float:

@@ -20,8 +20,7 @@ if not torch.cuda.is_available():  # before anything imports triton: its kernels
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import benchmark_detailed  # noqa: E402
-from glm_asr_common.measure import profiling
-from glm_asr_common.measure import roofline  # noqa: E402
+from glm_asr_common.measure import breakdown, components, micro, operators, plots, roofline, trace  # noqa: E402
 from glm_asr_common.model.config import ModelConfig  # noqa: E402
 from glm_asr_common.errors import run_cli  # noqa: E402
 
@@ -179,14 +178,14 @@ def test_bar_shares_a_prompt_graph_by_kernel_time():
     graphed = {"cuda_graph": {"prompt_graph": True}, "components": [
         component("encoder", 0.0, 6.29), component("projector", 0.0, 0.075), component("prefill", 8.82, 1.99),
         component("decode", 16.6, 28.0), component("outside", 0.6, 0.02)]}
-    values = benchmark_detailed._bar_values(graphed)
+    values = plots.bar_values(graphed)
     assert values["encoder"] + values["projector"] + values["prefill"] == pytest.approx(8.82)
     assert values["encoder"] == pytest.approx(8.82 * 6.29 / 8.355)
     assert values["decode"] == 16.6 and values["outside"] == 0.6
     eager = {"cuda_graph": None, "components": [
         component("encoder", 29.5, 20.0), component("projector", 0.2, 0.1), component("prefill", 39.9, 30.0),
         component("decode", 458.5, 400.0), component("outside", -0.1, 0.0)]}
-    assert benchmark_detailed._bar_values(eager) == {"encoder": 29.5, "projector": 0.2, "prefill": 39.9,
+    assert plots.bar_values(eager) == {"encoder": 29.5, "projector": 0.2, "prefill": 39.9,
                                                      "decode": 458.5, "outside": 0.0}
 
 
@@ -330,7 +329,7 @@ def test_kernels_go_to_their_innermost_region():
         {"ph": "f", "id": 9004, "pid": 0, "tid": 7, "ts": 214, "cat": "ac2g", "name": "ac2g", "bp": "e"},
         {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "python3"}},
     ]
-    res = profiling.parse_trace({"traceEvents": device + host[::-1] + launches}, "cuda", wall_ms=0.4)
+    res = trace.parse_trace({"traceEvents": device + host[::-1] + launches}, "cuda", wall_ms=0.4)
     by_name = {k.name: k for k in res.kernels}
     assert len(res.kernels) == 6
     assert res.regions.names == ["encoder", "encoder.layer", "decoder.prefill", "decoder.layer", "decoder.step"]
@@ -345,25 +344,25 @@ def test_kernels_go_to_their_innermost_region():
     # The linear's FLOPs are shared by its two kernels in proportion to their time.
     shared = by_name["ampere_sgemm_128x64_tn"].cost[0] + by_name["splitKreduce_kernel"].cost[0]
     assert shared == pytest.approx(2 * 1500 * 192 * 64 + 1500 * 192)
-    summary = profiling.summarize(res.regions, res.wall_ms)
+    summary = components.summarize(res.regions, res.wall_ms)
     assert summary["encoder.layers"] == pytest.approx(0.022)
     assert summary["prefill.layers"] == pytest.approx(0.028)
     assert summary["decode.other"] == pytest.approx(0.018) and summary["decode.steps"] == 1
     # Classes: torch op ancestry first, then the kernel name, then the region (lm_head in a head region).
-    classes = {k.name: benchmark_detailed.classify(k, chain(k))[2] for k in res.kernels}
+    classes = {k.name: operators.classify(k, chain(k))[2] for k in res.kernels}
     assert classes["ampere_sgemm_128x64_tn"] == "gemm" and classes["flash_attention_kernel"] == "attention"
     assert classes["fused_linear_kernel"] == "gemm" and classes["Memcpy HtoD (Pageable -> Device)"] == "copy"
     assert classes["rmsnorm_kernel"] == "norm"
-    assert roofline.is_aux_kernel("splitKreduce_kernel") and roofline.is_aux_kernel("decode_attention_combine_kernel")
-    head = profiling.KernelRecord("lm_head_argmax_kernel", 1.0, 0, None, None)
-    assert benchmark_detailed.classify(head, ["decoder.head", "decoder.step"])[2] == "lm_head"
-    gemv = profiling.KernelRecord("gemv2T_kernel", 1.0, 0, "aten::linear", None)
-    assert benchmark_detailed.classify(gemv, ["decoder.head", "decoder.step"])[2] == "lm_head"
+    assert operators.is_aux_kernel("splitKreduce_kernel") and operators.is_aux_kernel("decode_attention_combine_kernel")
+    head = trace.KernelRecord("lm_head_argmax_kernel", 1.0, 0, None, None)
+    assert operators.classify(head, ["decoder.head", "decoder.step"])[2] == "lm_head"
+    gemv = trace.KernelRecord("gemv2T_kernel", 1.0, 0, "aten::linear", None)
+    assert operators.classify(gemv, ["decoder.head", "decoder.step"])[2] == "lm_head"
 
 
 def test_cpu_trace_self_times_and_recorded_shapes():
     """On a CPU a "kernel" is a torch op's self time, grouped under the op the model called."""
-    trace = [
+    events = [
         X("user_annotation", "encoder.layer", 0, 100, External_id=1),
         X("cpu_op", "aten::scaled_dot_product_attention", 10, 50, External_id=2,
           Input_Dims=[[1, 2, 8, 4]] * 3 + [[], [], [], [], []], Input_type=["float"] * 3 + [""] * 5,
@@ -371,7 +370,7 @@ def test_cpu_trace_self_times_and_recorded_shapes():
         X("cpu_op", "aten::_scaled_dot_product_flash_attention_for_cpu", 15, 40, External_id=3),
         X("cpu_op", "aten::add", 70, 10, External_id=4),
     ]
-    res = profiling.parse_trace(trace, "cpu", wall_ms=0.1)
+    res = trace.parse_trace(events, "cpu", wall_ms=0.1)
     host = [k for k in res.kernels if k.call[0] == "region"]
     sdpa = [k for k in res.kernels if k.name == "aten::scaled_dot_product_attention"]
     assert len(host) == 1 and host[0].ms == pytest.approx(0.04)
@@ -404,26 +403,26 @@ def _by_name(res):
     for k in res.kernels:
         chain = res.regions.chain(k.region) if k.region >= 0 else []
         calls, ms, comps, parts = out.get(k.name, (0, 0.0, set(), set()))
-        comp, part = profiling.component_of(chain) if chain else ("outside", "")
+        comp, part = components.component_of(chain) if chain else ("outside", "")
         out[k.name] = (calls + 1, ms + k.ms, comps | {comp}, parts | {part})
     return out
 
 
 @pytest.fixture(scope="module")
 def h200_trace():
-    return profiling.load_trace(TRACE)
+    return trace.load_trace(TRACE)
 
 
 def test_real_h200_trace_triton_kernels_from_graph_replays(h200_trace, real_cfg):
     assert TRACE.stat().st_size < 200_000
-    res = profiling.parse_trace(h200_trace, "cuda", wall_ms=18.4)
+    res = trace.parse_trace(h200_trace, "cuda", wall_ms=18.4)
     assert res.regions.names == ["decoder.prefill"] + ["decoder.step"] * 3
     got = _by_name(res)
     for name, (calls, comps, cls) in TRITON_KERNELS.items():
         n, ms, seen, _ = got[name]
         assert (n, seen) == (calls, comps), name
         assert ms > 0, name
-        assert roofline.kernel_class(name) == cls, name
+        assert operators.kernel_class(name) == cls, name
     # The profiler's own key_averages table of the same run (docs/gpu_runs/2026-11-21-h200-graphs).
     assert got["fused_linear_kernel"][1] == pytest.approx(8.290, abs=1e-3)
     assert got["gemv_kernel"][1] == pytest.approx(1.587, abs=1e-3)
@@ -436,7 +435,7 @@ def test_real_h200_trace_triton_kernels_from_graph_replays(h200_trace, real_cfg)
             replays.setdefault(k.replay, []).append(k)
     assert sorted(len(v) for v in replays.values()) == [256, 256, 256, 551]
     assert got["Memcpy DtoH (Device -> Pageable)"][2] == {"outside"}
-    summary = profiling.summarize(res.regions, res.wall_ms)
+    summary = components.summarize(res.regions, res.wall_ms)
     assert summary["decode.steps"] == 3 and summary["encoder"] == 0
     uploads = sum(k.ms for k in res.kernels if k.region == 0 and k.replay is None)  # the prompt's input copies
     assert 0 < uploads < 0.05
@@ -444,13 +443,13 @@ def test_real_h200_trace_triton_kernels_from_graph_replays(h200_trace, real_cfg)
     assert 1.0 < summary["decode.step_median"] < 1.6
     # Without the launch calls (not recorded), the regions' spans on the stream still place them.
     bare = [e for e in h200_trace["traceEvents"] if e.get("cat") != "cuda_runtime"]
-    assert {n: v[2] for n, v in _by_name(profiling.parse_trace(bare, "cuda", wall_ms=18.4)).items()} == \
+    assert {n: v[2] for n, v in _by_name(trace.parse_trace(bare, "cuda", wall_ms=18.4)).items()} == \
         {n: v[2] for n, v in got.items()}
     # The per-operator table groups them by name with calls, time and a FLOP/byte share.
     ops = roofline.transcription_ops(real_cfg, windows=1, mel_frames=3000, prompt_len=59, decode_steps=3,
                                      dtype="bfloat16")
-    operators, classes = benchmark_detailed.operator_tables(res, ops, FAKE_H200, "bfloat16")
-    rows = {(o["phase"], o["kernel"]): o for o in operators}
+    operator_rows, classes = operators.operator_tables(res, ops, FAKE_H200, "bfloat16")
+    rows = {(o["phase"], o["kernel"]): o for o in operator_rows}
     assert rows[("decode", "gemv_kernel")]["calls"] == 252 and rows[("decode", "gemv_kernel")]["class"] == "gemm"
     assert rows[("decode", "gemv_kernel")]["flops"] > 0 and rows[("decode", "gemv_kernel")]["bytes"] > 0
     assert rows[("decode", "lm_head_argmax_kernel")]["class"] == "lm_head"
@@ -509,15 +508,15 @@ def eager_trace_like(graphed) -> list:
 
 
 def test_graph_replays_split_over_the_eager_regions(h200_trace, real_cfg):
-    graphed = profiling.parse_trace(h200_trace, "cuda", wall_ms=18.4)
-    eager = profiling.parse_trace(eager_trace_like(graphed), "cuda", wall_ms=20.0)
+    graphed = trace.parse_trace(h200_trace, "cuda", wall_ms=18.4)
+    eager = trace.parse_trace(eager_trace_like(graphed), "cuda", wall_ms=20.0)
     # Eager Triton launches (cuLaunchKernelEx, no torch op around them) land in their own regions.
     e = _by_name(eager)
     assert e["conv1d_gelu_kernel"][2:] == ({"encoder"}, {"conv"})
     assert e["gemv_kernel"][2:] == ({"decode"}, {"layers"})
     assert e["Memcpy HtoD (Pageable -> Device)"][2] == {"prefill", "decode"}
     total_ms = sum(k.ms for k in graphed.kernels)
-    placed, replayed = profiling.split_graph_replays(graphed, eager)
+    placed, replayed = trace.split_graph_replays(graphed, eager)
     assert (placed, replayed) == (1319, 1319) and graphed.replayed_split == (1319, 1319)
     assert sum(k.ms for k in graphed.kernels) == pytest.approx(total_ms)
     assert sum(graphed.regions.exclusive) == pytest.approx(sum(k.ms for k in graphed.kernels if k.region >= 0))
@@ -528,19 +527,19 @@ def test_graph_replays_split_over_the_eager_regions(h200_trace, real_cfg):
     assert got["splitk_epilogue_kernel"][2] == {"encoder", "projector", "prefill"}
     assert got["gemv_kernel"][2:] == ({"decode"}, {"layers"})  # steps 2 and 3 reuse the one eager step
     assert got["lm_head_argmax_kernel"][3] == {"head"}
-    s = profiling.summarize(graphed.regions, graphed.wall_ms)
+    s = components.summarize(graphed.regions, graphed.wall_ms)
     assert len(s["layers.encoder"]) == 32 and len(s["layers.prefill"]) == 28 and len(s["layers.decode"]) == 28
     assert s["encoder"] > 5 * s["projector"] > 0 and s["decode.steps"] == 3
     prompt = [k for k in graphed.kernels if k.replay == min(k.replay for k in graphed.kernels if k.replay)]
     uploads = sum(k.ms for k in graphed.kernels if k.replay is None and k.region >= 0
-                  and profiling.component_of(graphed.regions.chain(k.region))[0] == "prefill")
+                  and components.component_of(graphed.regions.chain(k.region))[0] == "prefill")
     assert s["encoder"] + s["projector"] + s["prefill"] == pytest.approx(sum(k.ms for k in prompt) + uploads)
     # A replay whose eager run differs keeps the unmatched kernels in the region around the replay.
-    again = profiling.parse_trace(h200_trace, "cuda", wall_ms=18.4)
+    again = trace.parse_trace(h200_trace, "cuda", wall_ms=18.4)
     for k in eager.kernels:
         if k.name == "gemv_kernel":
             k.name = "some_other_gemv"
-    placed, replayed = profiling.split_graph_replays(again, eager)
+    placed, replayed = trace.split_graph_replays(again, eager)
     assert replayed - placed == 252
     assert _by_name(again)["gemv_kernel"][2:] == ({"decode"}, {"other"})
 
@@ -548,21 +547,21 @@ def test_graph_replays_split_over_the_eager_regions(h200_trace, real_cfg):
 def test_report_of_a_graphed_run_on_the_real_trace(h200_trace, real_cfg, capsys):
     """build_report / print_report with the real graphed profile, its eager counterpart and timer runs
     in which no region but decoder.prefill / decoder.step ran (the prompt phase is one graph)."""
-    graphed = profiling.parse_trace(h200_trace, "cuda", wall_ms=18.4)
+    graphed = trace.parse_trace(h200_trace, "cuda", wall_ms=18.4)
     graphed.tokens = [1, 2, 3, 4]
-    eager = profiling.parse_trace(eager_trace_like(graphed), "cuda", wall_ms=30.0)
-    timed = [profiling.summarize(profiling.Regions(["decoder.prefill"] + ["decoder.step"] * 3, [-1] * 4,
+    eager = trace.parse_trace(eager_trace_like(graphed), "cuda", wall_ms=30.0)
+    timed = [components.summarize(components.Regions(["decoder.prefill"] + ["decoder.step"] * 3, [-1] * 4,
                                                    [10.8, 1.6, 1.6, 1.6]), 16.0)] * 2
-    profiling.split_graph_replays(graphed, eager)
-    measured = {"e2e": [15.9, 16.1], "tokens": graphed.tokens, "components": profiling.aggregate(timed),
+    trace.split_graph_replays(graphed, eager)
+    measured = {"e2e": [15.9, 16.1], "tokens": graphed.tokens, "components": components.aggregate(timed),
                 "profile": graphed,
-                "graph": {"components": profiling.aggregate([profiling.summarize(eager.regions, 30.0)] * 2),
+                "graph": {"components": components.aggregate([components.summarize(eager.regions, 30.0)] * 2),
                           "profile": eager}}
     inputs = SimpleNamespace(input_features=torch.zeros(1, 128, 3000), input_ids=torch.zeros(1, 59), batch_size=1)
     session = SimpleNamespace(device="cuda", inputs=inputs, audio_seconds=3.5,
                               checkpoint=SimpleNamespace(config=real_cfg, processor=None, description="random"))
     args = SimpleNamespace(precision="bf16", runs=2, warmup=1)
-    rep = benchmark_detailed.build_report(session, args, measured, FAKE_H200, "glm_asr_triton_example")
+    rep = breakdown.build_report(session, args, measured, FAKE_H200, "glm_asr_triton_example")
     rows = {r["key"]: r for r in rep["components"]}
     assert rows["encoder"]["in_graph"] and rows["encoder"]["wall_ms"] == 0 and rows["encoder"]["kernel_ms"] > 3
     assert rows["encoder.layers"]["graph_off"] and rows["encoder.layers"]["wall_ms"] > 0
@@ -584,7 +583,7 @@ def test_cupti_is_opened_early_only_for_old_cuda(monkeypatch):
                                    (None, None, False), ("11.8", "6.0", False)):
         monkeypatch.setattr(torch.version, "cuda", version)
         monkeypatch.setattr(torch.version, "hip", hip)
-        assert benchmark_detailed.needs_cupti_before_graphs() is expected, version
+        assert trace.needs_cupti_before_graphs() is expected, version
 
 
 @pytest.mark.parametrize("name, cls, aux", [
@@ -608,11 +607,11 @@ def test_cupti_is_opened_early_only_for_old_cuda(monkeypatch):
     ("Memcpy HtoD (Pageable -> Device)", "copy", False),
 ])
 def test_kernel_name_classes(name, cls, aux):
-    assert roofline.kernel_class(name) == cls and roofline.is_aux_kernel(name) == aux
+    assert operators.kernel_class(name) == cls and operators.is_aux_kernel(name) == aux
 
 
 def test_component_mapping_of_nested_regions():
-    c = profiling.component_of
+    c = components.component_of
     assert c(["encoder.layer", "encoder", "decoder.prefill"]) == ("encoder", "layers")  # Triton: encoder in prefill
     assert c(["projector", "decoder.prefill"]) == ("projector", "")
     assert c(["decoder.embed"]) == ("prefill", "embed")                                  # scratch: prompt embedding
@@ -622,8 +621,20 @@ def test_component_mapping_of_nested_regions():
     assert c(["encoder"]) == ("encoder", "other")
 
 
+def test_timer_warms_up_repeats_and_returns_the_result():
+    from glm_asr_common.measure import timer
+
+    calls = []
+    times = timer.time_repeats(lambda: calls.append(1), "cpu", warmup=2, repeats=3, flush=True, graph=True)
+    assert len(calls) == 5 and len(times) == 3 and all(t >= 0 for t in times)  # flush, graph: GPU only
+    ms, result = timer.time_call(lambda: 42, "cpu")
+    assert result == 42 and ms >= 0
+    assert timer.quartiles([3.0]) == (3.0, 3.0, 3.0) and timer.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 3.0, 4.0)
+
+
 def test_region_timer_splits_a_run():
-    from glm_asr_common.measure.profiling import RegionTimer, summarize
+    from glm_asr_common.measure.components import RegionTimer, summarize
+    from glm_asr_common.model import regions
     from glm_asr_common.model.regions import region
 
     with RegionTimer("cpu") as timer:
@@ -638,7 +649,7 @@ def test_region_timer_splits_a_run():
     s = summarize(timer.regions, timer.total_ms)
     assert len(s["layers.encoder"]) == 2 and len(s["steps"]) == 3 and s["decode.steps"] == 3
     assert sum(s[k] for k in ("encoder", "projector", "prefill", "decode", "outside")) == pytest.approx(s["total"])
-    assert profiling._TIMER is None
+    assert regions._TIMER is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -676,7 +687,7 @@ def test_micro_benchmarks_scale_with_the_config(tiny_ckpt, tmp_path, cache_env):
 def test_micro_benchmark_calls_the_triton_launchers(path, launcher_names):
     """The Triton example's launchers of one path at reduced shapes (the interpreter is slow): the same
     results as torch."""
-    launchers = {name: f for name, f in benchmark_detailed.folder_launchers("glm_asr_triton_example").items()
+    launchers = {name: f for name, f in micro.folder_launchers("glm_asr_triton_example").items()
                  if name in launcher_names}
     assert set(launchers) == launcher_names
     tiny = {"audio_config": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
@@ -688,11 +699,11 @@ def test_micro_benchmark_calls_the_triton_launchers(path, launcher_names):
     cfg = ModelConfig.from_dict(tiny)
     args = SimpleNamespace(precision="fp32", max_new_tokens=4)
     timed = 0
-    for make in (benchmark_detailed.attention_cases, benchmark_detailed.linear_cases):
+    for make in (micro.attention_cases, micro.linear_cases):
         for name, shape, op, torch_fn, builders, to_torch in make(cfg, 8, args, "cpu", torch.float32):
             for launcher in (n for n in builders if n in launchers):
                 out = to_torch(builders[launcher](launchers[launcher])())
-                assert benchmark_detailed.max_rel_error(out, torch_fn()) < 1e-4, (name, launcher)
+                assert micro.max_rel_error(out, torch_fn()) < 1e-4, (name, launcher)
                 timed += 1
     assert timed >= 3
 

@@ -1,17 +1,12 @@
-"""utils/gpu_parity.py's teacher-forced regret, on a tiny checkpoint (the GPU script's judge of the decode path)."""
-
-import sys
-from pathlib import Path
+"""The teacher-forced regret utils/gpu_parity.py judges the decode path by (glm_asr_common.reference.hf_model),
+on a tiny checkpoint."""
 
 import pytest
 import torch
 
 from glm_asr_common.model.audio import load_audio
+from glm_asr_common.reference.hf_model import teacher_forced_regret
 from parity import hf_generate, hf_kwargs, hf_model, inputs_for, track_model
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "utils"))
-
-from gpu_parity import teacher_forced_regret  # noqa: E402
 
 
 @torch.no_grad()

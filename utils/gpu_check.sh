@@ -13,8 +13,8 @@
 #             model-size cases; Triton, and cuTile for real where .cutile is carried), the kernel tests,
 #             the planted bugs that escape a CPU, tiny checkpoints of awkward shapes end to end, and
 #             the bad-input cases of the command line
-#   detailed  benchmark_detailed.py (fast path vs course path, bf16, with plots) and the grader's
-#             report: ./benchmark.sh on the filled Triton template with --compare
+#   detailed  benchmark_detailed.py (fast path vs course path, bf16, with plots; the attention and linear
+#             micro-benchmarks) and the grader's report: ./benchmark.sh on the filled Triton template with --compare
 #   tune      utils/tune_random_init.py (the scales of the random weights)
 #   sweep     utils/sweep_linear.py (the fast path's GEMM tile table)
 #   all       bench parity clips kernels detailed
@@ -142,6 +142,8 @@ for part in "${PARTS[@]}"; do
             step "detailed bf16" 300 python3 benchmark_detailed.py glm_asr_triton_example --random-weights --precision bf16 \
                 --path fast --min-new-tokens 13 --max-new-tokens 13 --runs 5 --compare glm_asr_triton_example:course \
                 --json "$DETAILED/bf16/detailed.json" --csv "$DETAILED/bf16/kernels.csv" --plot "$DETAILED/bf16"
+            step "micro-benchmarks bf16" 200 python3 benchmark_detailed.py glm_asr_triton_example --random-weights \
+                --precision bf16 --attention-only --linear-only --json "$DETAILED/bf16/micro.json"
             python3 utils/make_template.py --filled . --package glm_asr_triton_filled >/dev/null
             step "compare report (filled template)" 300 ./benchmark.sh glm_asr_triton_filled --random-weights --precision bf16 \
                 --min-new-tokens 13 --max-new-tokens 13 --runs 5 --compare --report "$DETAILED/report"

@@ -19,7 +19,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,15 +26,14 @@ import soundfile as sf
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_parity import hf_inputs, transformers_model  # noqa: E402
-
+from glm_asr_common.measure.timer import time_call, time_repeats  # noqa: E402
 from glm_asr_common.model.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from glm_asr_common.model.checkpoint import default_config_dict, random_weights  # noqa: E402
 from glm_asr_common.model.config import ModelConfig  # noqa: E402
 from glm_asr_common.model.frontend import prepare_inputs  # noqa: E402
 from glm_asr_common.model.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
+from glm_asr_common.reference.hf_model import build, generate  # noqa: E402
 from glm_asr_common.tools.tracks import REPO_ROOT, import_track  # noqa: E402
 
 
@@ -61,18 +59,6 @@ def write_clips(out: Path) -> dict[str, Path]:
     return paths
 
 
-def timed_ms(fn, runs: int = 3) -> float:
-    fn()  # warm-up: compilation, graph capture
-    times = []
-    for _ in range(runs):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
-
-
 @torch.no_grad()
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -94,12 +80,9 @@ def main():
         inputs = {name: prepare_inputs([load_audio(path)], cfg, None) for name, path in clips.items()}
         seconds = {name: len(load_audio(path)) / SAMPLE_RATE for name, path in clips.items()}
         with torch_matmul_precision(fp32):
-            hf = transformers_model(raw, weights, torch.float32, "cuda")
-            expected = {}
-            for name, clip_inputs in inputs.items():
-                out = hf.generate(**hf_inputs(clip_inputs, torch.float32, "cuda"), do_sample=False,
-                                  max_new_tokens=args.tokens, min_new_tokens=args.tokens)
-                expected[name] = out[0, clip_inputs.input_ids.shape[1]:].tolist()
+            hf = build(raw, weights, torch.float32, "cuda")
+            expected = {name: generate(hf, clip_inputs, args.tokens, args.tokens, (), torch.float32, "cuda")[0]
+                        for name, clip_inputs in inputs.items()}
             del hf
             torch.cuda.empty_cache()
         for track in args.tracks.split(","):
@@ -108,14 +91,17 @@ def main():
             exact = module.load_model(cfg, weights, "cuda", fp32)
             fast = module.load_model(cfg, weights_bf16, "cuda", bf16)
             for name, clip_inputs in inputs.items():
-                start = time.perf_counter()
-                ids = exact.generate(clip_inputs, args.tokens, args.tokens)[0]
-                torch.cuda.synchronize()
-                fp32_s = time.perf_counter() - start
+                fp32_ms, fp32_ids = time_call(lambda: exact.generate(clip_inputs, args.tokens, args.tokens), "cuda")
+                ids, fp32_s = fp32_ids[0], fp32_ms / 1000
                 torch.cuda.reset_peak_memory_stats()
-                start = time.perf_counter()
-                ms = timed_ms(lambda: fast.generate(clip_inputs, args.tokens, args.tokens))
-                first_call_s = time.perf_counter() - start - 3 * ms / 1000  # compiling and capturing
+
+                def bf16_run():
+                    return fast.generate(clip_inputs, args.tokens, args.tokens)
+
+                # One untimed call (compiling, capturing) and three timed ones; the first call's time is the rest.
+                all_ms, runs = time_call(lambda: time_repeats(bf16_run, "cuda", warmup=1, repeats=3), "cuda")
+                ms = statistics.median(runs)
+                first_call_s = (all_ms - sum(runs)) / 1000
                 row = {"clip": name, "track": track, "audio_seconds": seconds[name],
                        "windows": int(clip_inputs.input_features.shape[0]),
                        "prompt_len": int(clip_inputs.input_ids.shape[1]), "fp32_ids_equal": ids == expected[name],

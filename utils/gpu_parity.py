@@ -32,7 +32,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -40,35 +39,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from glm_asr_common.model.audio import load_audio  # noqa: E402
-from glm_asr_common.model.checkpoint import default_config_dict, random_weights, transformers_name  # noqa: E402
+from glm_asr_common.measure.timer import time_repeats  # noqa: E402
+from glm_asr_common.model.checkpoint import default_config_dict, random_weights  # noqa: E402
 from glm_asr_common.model.config import ModelConfig  # noqa: E402
 from glm_asr_common.model.frontend import prepare_inputs  # noqa: E402
 from glm_asr_common.model.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
+from glm_asr_common.reference.hf_model import (build, forced_inputs, model_inputs, same_context_regret,  # noqa: E402
+                                                teacher_forced_regret, top2_gap)
 from glm_asr_common.tools.tracks import REPO_ROOT, import_track  # noqa: E402
 
 HF = "transformers"
-
-
-def transformers_model(raw_config: dict, weights: dict, dtype, device):
-    from transformers import GlmAsrConfig, GlmAsrForConditionalGeneration
-
-    config = GlmAsrConfig(**raw_config)
-    config._attn_implementation = "sdpa"
-    with torch.device(device):  # rotary buffers need real memory; the random init is then replaced
-        model = GlmAsrForConditionalGeneration(config).to(dtype)
-    state = {transformers_name(k): v.to(dtype) for k, v in weights.items()}
-    model.load_state_dict(state, assign=True, strict=True)
-    model.tie_weights()
-    return model.to(device, dtype).eval()
-
-
-def hf_inputs(inputs, dtype, device):
-    return dict(
-        input_ids=torch.from_numpy(inputs.input_ids).to(device),
-        attention_mask=torch.from_numpy(inputs.attention_mask).to(device),
-        input_features=torch.from_numpy(inputs.input_features).to(device, dtype),
-        input_features_mask=torch.from_numpy(inputs.input_features_mask).to(device),
-    )
 
 
 def agreeing_prefix(a: list[int], b: list[int]) -> int:
@@ -76,72 +56,6 @@ def agreeing_prefix(a: list[int], b: list[int]) -> int:
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     return n
-
-
-def sync():
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def timed(fn, warmup=1, runs=3) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - start) * 1000)
-    return times
-
-
-def top2_gap(logits: torch.Tensor) -> float:
-    """Best minus second-best logit of one step: how near a tie transformers' choice was."""
-    best, second = logits.topk(2).values
-    return float(best - second)
-
-
-def teacher_forced_regret(hf, feed: dict, ids: list[int]) -> tuple[float, int, float]:
-    """How far greedy ids stray from transformers' own choice, given the same prefix.
-
-    One transformers forward over prompt + ids; at each step t, regret = max logit - logit of ids[t].
-    Returns (max regret, its step, transformers' top-2 gap at that step).
-    """
-    prompt_len = feed["input_ids"].shape[1]
-    extra = torch.tensor([ids[:-1]], dtype=feed["input_ids"].dtype, device=feed["input_ids"].device)
-    forced = dict(feed, input_ids=torch.cat([feed["input_ids"], extra], 1),
-                  attention_mask=torch.cat([feed["attention_mask"], torch.ones_like(extra)], 1))
-    logits = hf(**forced).logits[0, prompt_len - 1:].float()
-    chosen = logits.gather(1, torch.tensor(ids, device=logits.device)[:, None])[:, 0]
-    regret = logits.max(1).values - chosen
-    step = int(regret.argmax())
-    return float(regret[step]), step, top2_gap(logits[step])
-
-
-def forced_inputs(inputs, ids: list[int]):
-    """The prompt followed by ``ids`` (all but the last) as text: logits at positions prompt_len − 1
-    onward are the next-token predictions of every step, each given the reference's own prefix."""
-    import dataclasses
-
-    import numpy as np
-
-    extra = np.asarray([ids[:-1]], dtype=inputs.input_ids.dtype)
-    return dataclasses.replace(
-        inputs, input_ids=np.concatenate([inputs.input_ids, extra], 1),
-        attention_mask=np.concatenate([inputs.attention_mask, np.ones_like(extra)], 1),
-        audio_index=np.concatenate([inputs.audio_index, np.full_like(extra, -1)], 1))
-
-
-def same_context_regret(step_logits: torch.Tensor, ref_step_logits: torch.Tensor) -> tuple[float, int]:
-    """Every step's choice (argmax of ``step_logits``, given the reference's prefix) scored by the fp32
-    reference logits of that step: (summed regret, steps choosing another id than the reference).
-    Unlike the free-running regret, every run is judged on the same 30 contexts, so two runs compare
-    step by step: the measure of the bf16 / TF32 bar."""
-    chosen = step_logits.float().argmax(-1)
-    ref = ref_step_logits.float()
-    regret = ref.max(-1).values - ref.gather(-1, chosen[:, None])[:, 0]
-    return float(regret.sum()), int((chosen != ref.argmax(-1)).sum())
 
 
 def compare(name, precision, ids, logits, reference, args) -> dict:
@@ -203,8 +117,8 @@ def main():
     weights = random_weights(cfg, torch.float32, seed=0, device=args.device)
     fp32 = PRECISIONS["fp32"]
     with torch_matmul_precision(fp32):
-        hf32 = transformers_model(raw, weights, torch.float32, args.device)
-        feed32 = hf_inputs(inputs, torch.float32, args.device)
+        hf32 = build(raw, weights, torch.float32, args.device)
+        feed32 = model_inputs(inputs, torch.float32, args.device)
         ref_logits = hf32(**feed32).logits.float()
         ref = hf32.generate(**feed32, do_sample=False, max_new_tokens=args.tokens, min_new_tokens=args.tokens,
                             output_scores=True, return_dict_in_generate=True)
@@ -213,7 +127,7 @@ def main():
     prompt_len = inputs.input_ids.shape[1]
     forced = forced_inputs(inputs, ref_ids)
     with torch_matmul_precision(fp32):
-        ref_forced = hf32(**hf_inputs(forced, torch.float32, args.device)).logits[0, prompt_len - 1:].float()
+        ref_forced = hf32(**model_inputs(forced, torch.float32, args.device)).logits[0, prompt_len - 1:].float()
     gaps = [top2_gap(step) for step in ref_scores]
     distinct = len(set(ref_ids))
     print(f"transformers fp32 (reference): {args.tokens} tokens, {distinct} distinct ids; top-2 logit gap "
@@ -224,15 +138,15 @@ def main():
         precision = PRECISIONS[precision_name]
         run_weights = {k: v.to(precision.dtype) for k, v in weights.items()}
         # transformers' own run in this precision: the yardstick for the tracks' regret.
-        hf = hf32 if precision.dtype == torch.float32 else transformers_model(raw, run_weights, precision.dtype,
-                                                                              args.device)
-        feed = hf_inputs(inputs, precision.dtype, args.device)
+        hf = hf32 if precision.dtype == torch.float32 else build(raw, run_weights, precision.dtype, args.device)
+        feed = model_inputs(inputs, precision.dtype, args.device)
         with torch_matmul_precision(precision):
             hf_logits = hf(**feed).logits.float()
-            hf_forced = hf(**hf_inputs(forced, precision.dtype, args.device)).logits[0, prompt_len - 1:]
+            hf_forced = hf(**model_inputs(forced, precision.dtype, args.device)).logits[0, prompt_len - 1:]
             hf_ids = hf.generate(**feed, do_sample=False, max_new_tokens=args.tokens,
                                  min_new_tokens=args.tokens)[0, inputs.input_ids.shape[1]:].tolist()
-            hf_ms = timed(lambda: hf.generate(**feed, do_sample=False, max_new_tokens=13, min_new_tokens=13))
+            hf_ms = time_repeats(lambda: hf.generate(**feed, do_sample=False, max_new_tokens=13, min_new_tokens=13),
+                                 args.device, warmup=1, repeats=3)
         with torch_matmul_precision(fp32):
             row = compare(HF, precision_name, hf_ids, hf_logits, reference, args)
         row["same_context_regret"], row["same_context_flips"] = same_context_regret(hf_forced, ref_forced)

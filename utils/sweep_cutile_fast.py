@@ -4,7 +4,7 @@
     python utils/sweep_cutile_fast.py [--precision bf16|tf32] [--only gemv,head,gemm,prefill,flash,decode]
 
 Each candidate is checked against torch (one line per failure) and timed as a CUDA graph of 20
-launches (triton.testing.do_bench_cudagraph; the L2 holds what fits, as in the decode loop), so the
+launches (glm_asr_common.measure.timer; the L2 holds what fits, as in the decode loop), so the
 ~14 us host cost of an eager cuTile launch is not what is measured. Prints one line per candidate
 (µs per launch, GB/s of the operands' minimum traffic or TFLOP/s) and the best of each shape; the
 chosen tiles go into the tile functions of glm_asr_cutile_example/fast_*.py by hand, with the
@@ -12,6 +12,7 @@ figures in docs/performance.md.
 """
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -19,15 +20,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from glm_asr_common.measure.timer import time_repeats  # noqa: E402
+
 
 def timed(fn, reps=20):
-    import triton.testing
-
+    """µs per launch: the median replay of a CUDA graph of ``reps`` launches."""
     def graph_body():
         for _ in range(reps):
             fn()
 
-    return triton.testing.do_bench_cudagraph(graph_body) * 1e3 / reps  # µs per launch
+    return statistics.median(time_repeats(graph_body, "cuda", warmup=1, repeats=10, graph=True)) * 1e3 / reps
 
 
 def main(argv=None) -> int:

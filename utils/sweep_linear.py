@@ -17,6 +17,7 @@ where every layer reads fresh weights. GPU only.
 import argparse
 import itertools
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from glm_asr_common.model.checkpoint import default_config_dict  # noqa: E402
 from glm_asr_common.model.config import ModelConfig  # noqa: E402
-from glm_asr_common.measure.roofline import time_call  # noqa: E402
+from glm_asr_common.measure.timer import time_repeats  # noqa: E402
 from glm_asr_triton_example import fast_linear  # noqa: E402
 
 L2_FLUSH_BYTES = 512 << 20  # the weight copies of one timing cover this much (L2: 50-60 MiB)
@@ -35,16 +36,11 @@ L2_FLUSH_BYTES = 512 << 20  # the weight copies of one timing cover this much (L
 
 def graph_time_us(launch, copies: int, repeats: int = 5) -> float:
     """Median time of one launch, from a CUDA graph of `copies` launches (launch(i) uses copy i)."""
-    for i in range(copies):  # compile and warm up outside the capture
-        launch(i)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    def every_copy():
         for i in range(copies):
             launch(i)
-    graph.replay()
-    times = sorted(time_call(graph.replay, "cuda") * 1e6 / copies for _ in range(repeats))
-    return times[len(times) // 2]
+
+    return statistics.median(time_repeats(every_copy, "cuda", warmup=1, repeats=repeats, graph=True)) * 1000 / copies
 
 
 def weight_copies(rows: int, cols: int, dtype, scale: float) -> list[torch.Tensor]:

@@ -28,15 +28,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from gpu_parity import hf_inputs, teacher_forced_regret, top2_gap, transformers_model  # noqa: E402
 
 from glm_asr_common.model.audio import load_audio  # noqa: E402
 from glm_asr_common.model.checkpoint import RANDOM_INIT_SCALES, default_config_dict, random_weights  # noqa: E402
 from glm_asr_common.model.config import ModelConfig  # noqa: E402
 from glm_asr_common.model.frontend import prepare_inputs  # noqa: E402
 from glm_asr_common.model.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
+from glm_asr_common.reference.hf_model import (build, generate, model_inputs, teacher_forced_regret,  # noqa: E402
+                                                top2_gap)
 from glm_asr_common.tools.tracks import REPO_ROOT  # noqa: E402
 
 GRID = {"embed": (0.125, 0.5, 1.0), "text_out": (1.0, 0.5, 0.25), "text_qk": (1.5, 3.0), "final_norm": (1.0, 4.0)}
@@ -46,8 +45,8 @@ GRID = {"embed": (0.125, 0.5, 1.0), "text_out": (1.0, 0.5, 0.25), "text_qk": (1.
 def measure(raw, cfg, inputs, scales, tokens, device) -> dict:
     weights = random_weights(cfg, torch.float32, seed=0, device=device, scales=scales)
     with torch_matmul_precision(PRECISIONS["fp32"]):
-        hf = transformers_model(raw, weights, torch.float32, device)
-        feed = hf_inputs(inputs, torch.float32, device)
+        hf = build(raw, weights, torch.float32, device)
+        feed = model_inputs(inputs, torch.float32, device)
         out = hf.generate(**feed, do_sample=False, max_new_tokens=tokens, min_new_tokens=tokens,
                           output_scores=True, return_dict_in_generate=True)
         ids = out.sequences[0, inputs.input_ids.shape[1]:].tolist()
@@ -56,9 +55,8 @@ def measure(raw, cfg, inputs, scales, tokens, device) -> dict:
         hf.set_attn_implementation("eager")
         eager = hf(**feed).logits.float()
         hf.set_attn_implementation("sdpa")
-        bf16 = transformers_model(raw, weights, torch.bfloat16, device)
-        bf16_ids = bf16.generate(**hf_inputs(inputs, torch.bfloat16, device), do_sample=False, max_new_tokens=tokens,
-                                 min_new_tokens=tokens)[0, inputs.input_ids.shape[1]:].tolist()
+        bf16 = build(raw, weights, torch.bfloat16, device)
+        bf16_ids = generate(bf16, inputs, tokens, tokens, (), torch.bfloat16, device)[0]
         del bf16
         regret, _, _ = teacher_forced_regret(hf, feed, bf16_ids)
     del hf, weights

@@ -26,20 +26,25 @@ import argparse
 import contextlib
 import importlib
 import math
+import statistics
 import sys
-import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from ..measure.timer import mark, ms_between, time_repeats
 from . import todo_kernels
 from ..model import launch_contracts
 from ..model.course_model import TrackOps, track_ops
 from .kernel_cases import CASES, Close, Inputs, Verdict
 
 _RECORDING: list[SelfCheck] | None = None
+
+# A GPU row's time: the median of GPU_REPEATS timed launches after GPU_WARMUP untimed ones (compiling,
+# autotuning); a graph row replays GRAPH_LAUNCHES back-to-back launches, so a launch's host cost is not timed.
+GPU_WARMUP, GPU_REPEATS, GRAPH_LAUNCHES = 5, 50, 20
 
 
 @dataclass
@@ -53,7 +58,7 @@ class CheckRow:
     limit: float | None
     unit: str  # rel, abs, mismatch (share of bf16 elements that differ)
     shape: str
-    time_us: float | None  # GPU: median of triton.testing's do_bench (model-size cases); CPU: one call
+    time_us: float | None  # GPU: median of glm_asr_common.measure.timer's repeats (model-size cases); CPU: one call
     on_gpu: bool
     note: str = ""
 
@@ -144,7 +149,7 @@ class SelfCheck:
         else by ``errors`` ((abs, rel) of out and ref) against ``tol``, else max relative error <= tol."""
         judge = judge or (errors_as_close(errors, tol) if errors else Close(tol))
         references_before = todo_kernels.reference_launches()
-        start = time.perf_counter()
+        start = mark("cpu")  # a CPU row's time: its one call, on the host clock
         try:
             with poisoned_outputs(package_dir) if package_dir else contextlib.nullcontext():
                 out = launch()
@@ -158,7 +163,7 @@ class SelfCheck:
             self._row(CheckRow(name, guards, "FAIL", None, None, judge.unit, shape, None, self.on_gpu,
                                one_line(error)), "")
             return
-        seconds = time.perf_counter() - start
+        seconds = ms_between(start, mark("cpu")) / 1000
         verdict = judge(out, reference())
         status = "PASS" if verdict.passed else "FAIL"
         note = verdict.reason
@@ -175,10 +180,17 @@ class SelfCheck:
 
     @staticmethod
     def _gpu_us(launch, graph: bool) -> float:
-        import triton.testing
+        """Median µs of a launch: after an L2 flush, or (``graph``) replayed back to back in a CUDA graph."""
+        if not graph:
+            return statistics.median(time_repeats(launch, "cuda", warmup=GPU_WARMUP, repeats=GPU_REPEATS,
+                                                  flush=True)) * 1e3
 
-        bench = triton.testing.do_bench_cudagraph if graph else triton.testing.do_bench
-        return bench(launch) * 1e3
+        def launches():
+            for _ in range(GRAPH_LAUNCHES):
+                launch()
+
+        return statistics.median(time_repeats(launches, "cuda", warmup=GPU_WARMUP, repeats=GPU_REPEATS,
+                                              graph=True)) * 1e3 / GRAPH_LAUNCHES
 
     def _sync(self):
         if self.on_gpu:

@@ -1,6 +1,6 @@
 """FLOPs and bytes of every logical operation of one transcription, device peaks, roofline verdicts.
 
-Used by benchmark_detailed.py. Everything is computed from the checkpoint's ``ModelConfig`` and the
+Everything is computed from the checkpoint's ``ModelConfig`` and the
 transcription's sizes (windows, prompt length, decode steps), so the same formulas serve the real
 model and the tiny test checkpoints, and every track (Triton, cuTile, scratch, transformers) is
 measured against the same numerators: a fused kernel and an unfused chain of torch ops do the same
@@ -44,49 +44,36 @@ import json
 import math
 import os
 import platform
-import re
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from ..model.config import ModelConfig
+from .timer import time_repeats
 
 # Bytes per element, by dtype or by precision name (glm_asr_common/model/precision.py: bf16, tf32, fp32).
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "bf16": 2, "tf32": 4, "fp32": 4}
 
-# Operator classes, in report order. "copy" is host<->device transfers and memsets; "other" unknown.
-CLASSES = ("conv", "gemm", "attention", "norm", "rope", "pointwise", "embedding", "lm_head", "argmax", "copy", "other")
-PHASES = ("encoder", "projector", "prefill", "decode", "outside")
-# Classes whose useful work runs on the tensor cores (matmul peak is their compute roof).
-MATMUL_CLASSES = {"conv", "gemm", "attention", "lm_head"}
-
-
-# ---------------------------------------------------------------------------------------------
-# Logical operations of one transcription
-# ---------------------------------------------------------------------------------------------
-
 
 @dataclass
 class Op:
-    """One logical operation, repeated ``calls`` times; flops and bytes are totals over the calls."""
+    """One logical operation; flops and bytes are totals over its calls."""
 
     phase: str
     cls: str
     name: str
-    calls: int
     flops: float
     bytes: float
 
     def scaled(self, times: int) -> "Op":
-        return Op(self.phase, self.cls, self.name, self.calls * times, self.flops * times, self.bytes * times)
+        return Op(self.phase, self.cls, self.name, self.flops * times, self.bytes * times)
 
 
 def gemm(phase, name, M, N, K, e, *, bias=False, cls="gemm") -> Op:
     flops = 2.0 * M * N * K + (M * N if bias else 0)
     nbytes = e * (M * K + N * K + M * N + (N if bias else 0))
-    return Op(phase, cls, name, 1, flops, float(nbytes))
+    return Op(phase, cls, name, flops, float(nbytes))
 
 
 def causal_pairs(tq: int, tk: int) -> int:
@@ -98,34 +85,33 @@ def attention(phase, name, *, batch, q_heads, kv_heads, tq, tk, head_dim, e, cau
     pairs = causal_pairs(tq, tk) if causal else tq * tk
     flops = 4.0 * head_dim * q_heads * batch * pairs
     nbytes = e * batch * head_dim * (2 * q_heads * tq + 2 * kv_heads * tk)
-    return Op(phase, "attention", name, 1, flops, float(nbytes))
+    return Op(phase, "attention", name, flops, float(nbytes))
 
 
 def conv1d(phase, name, *, batch, c_in, c_out, t_in, t_out, kernel, e) -> Op:
     flops = 2.0 * batch * t_out * c_out * c_in * kernel + batch * t_out * c_out
     nbytes = e * (batch * c_in * t_in + c_out * c_in * kernel + c_out + batch * c_out * t_out)
-    return Op(phase, "conv", name, 1, flops, float(nbytes))
+    return Op(phase, "conv", name, flops, float(nbytes))
 
 
 def layernorm(phase, name, M, N, e) -> Op:
-    return Op(phase, "norm", name, 1, 8.0 * M * N, float(e * (2 * M * N + 2 * N)))
+    return Op(phase, "norm", name, 8.0 * M * N, float(e * (2 * M * N + 2 * N)))
 
 
 def rmsnorm(phase, name, M, N, e) -> Op:
-    return Op(phase, "norm", name, 1, 4.0 * M * N, float(e * (2 * M * N + N)))
+    return Op(phase, "norm", name, 4.0 * M * N, float(e * (2 * M * N + N)))
 
 
-def pointwise(phase, name, elements, e, *, flops_per_element, reads=1, writes=1, extra_bytes=0) -> Op:
-    return Op(phase, "pointwise", name, 1, float(flops_per_element * elements),
-              float(e * elements * (reads + writes) + extra_bytes))
+def pointwise(phase, name, elements, e, *, flops_per_element, reads=1, writes=1) -> Op:
+    return Op(phase, "pointwise", name, float(flops_per_element * elements), float(e * elements * (reads + writes)))
 
 
 def embedding(phase, name, M, H, e) -> Op:
-    return Op(phase, "embedding", name, 1, 0.0, float(e * 2 * M * H + 8 * M))
+    return Op(phase, "embedding", name, 0.0, float(e * 2 * M * H + 8 * M))
 
 
 def argmax(phase, name, M, V) -> Op:
-    return Op(phase, "argmax", name, 1, float(M * V), float(4 * M * V))
+    return Op(phase, "argmax", name, float(M * V), float(4 * M * V))
 
 
 def encoder_frames(mel_frames: int) -> tuple[int, int]:
@@ -152,7 +138,7 @@ def encoder_ops(cfg: ModelConfig, *, windows: int, mel_frames: int, e: int) -> l
         gemm("encoder", "enc.q", M, width, H, e, bias=True),
         gemm("encoder", "enc.k", M, width, H, e, bias=False),
         gemm("encoder", "enc.v", M, width, H, e, bias=True),
-        Op("encoder", "rope", "enc.rope", 1, 3.0 * 2 * M * c.num_heads * c.rotary_dim,
+        Op("encoder", "rope", "enc.rope", 3.0 * 2 * M * c.num_heads * c.rotary_dim,
            float(e * 2 * (2 * M * c.num_heads * c.rotary_dim) + 4 * 2 * t2 * c.rotary_dim)),
         attention("encoder", "enc.attention", batch=windows, q_heads=c.num_heads, kv_heads=c.num_heads, tq=t2,
                   tk=t2, head_dim=c.head_dim, e=e, causal=False),
@@ -192,7 +178,7 @@ def decoder_layer_ops(cfg: ModelConfig, phase: str, *, batch: int, tokens: int, 
         gemm(phase, "dec.q", M, q_w, H, e),
         gemm(phase, "dec.k", M, kv_w, H, e),
         gemm(phase, "dec.v", M, kv_w, H, e),
-        Op(phase, "rope", "dec.rope+kv_write", 1, 3.0 * rope_elems, float(rope_bytes)),
+        Op(phase, "rope", "dec.rope+kv_write", 3.0 * rope_elems, float(rope_bytes)),
         attention(phase, "dec.attention", batch=batch, q_heads=d.num_heads, kv_heads=d.num_kv_heads, tq=tokens,
                   tk=cache_len, head_dim=d.head_dim, e=e, causal=True),
         gemm(phase, "dec.o", M, H, q_w, e),
@@ -231,19 +217,6 @@ def decode_step_ops(cfg: ModelConfig, *, batch: int, cache_len: int, e: int) -> 
     return ops + head_ops(cfg, "decode", batch=batch, e=e)
 
 
-def merge_ops(ops: list[Op]) -> list[Op]:
-    """Sum ops of the same (phase, class, name)."""
-    merged: dict[tuple, Op] = {}
-    for op in ops:
-        key = (op.phase, op.cls, op.name)
-        if key in merged:
-            m = merged[key]
-            merged[key] = Op(m.phase, m.cls, m.name, m.calls + op.calls, m.flops + op.flops, m.bytes + op.bytes)
-        else:
-            merged[key] = Op(op.phase, op.cls, op.name, op.calls, op.flops, op.bytes)
-    return list(merged.values())
-
-
 def transcription_ops(cfg: ModelConfig, *, windows: int, mel_frames: int, prompt_len: int, decode_steps: int,
                       dtype: str, batch: int = 1) -> list[Op]:
     """Every logical op of one transcription: encoder, projector, prefill, ``decode_steps`` decode steps.
@@ -257,7 +230,7 @@ def transcription_ops(cfg: ModelConfig, *, windows: int, mel_frames: int, prompt
     ops += prefill_ops(cfg, batch=batch, prompt_len=prompt_len, e=e)
     for step in range(1, decode_steps + 1):
         ops += decode_step_ops(cfg, batch=batch, cache_len=prompt_len + step, e=e)
-    return merge_ops(ops)
+    return ops
 
 
 def totals(ops: list[Op], *, phase: str | None = None, classes=None) -> tuple[float, float]:
@@ -275,10 +248,6 @@ def by_class(ops: list[Op]) -> dict[tuple[str, str], tuple[float, float]]:
         acc[1] += op.bytes
     return {k: (v[0], v[1]) for k, v in out.items()}
 
-
-# ---------------------------------------------------------------------------------------------
-# Shapes recorded by the profiler for torch ops (exact FLOPs/bytes of that call)
-# ---------------------------------------------------------------------------------------------
 
 _DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "BFloat16": 2, "Half": 2}
 
@@ -300,86 +269,25 @@ def shape_cost(op_name: str, shapes, dtypes=None, concrete=None) -> tuple[float,
     s = [list(x) if isinstance(x, (list, tuple)) else [] for x in shapes]
     try:
         if op_name == "aten::linear" and len(s[0]) >= 1 and len(s[1]) == 2:
-            M, K, N = _numel(s[0][:-1]), s[0][-1], s[1][0]
-            bias = len(s) > 2 and len(s[2]) == 1
-            return 2.0 * M * N * K + (M * N if bias else 0), float(e * (M * K + N * K + M * N + (N if bias else 0)))
-        if op_name == "aten::addmm" and len(s[1]) == 2 and len(s[2]) == 2:
+            op = gemm("", "", _numel(s[0][:-1]), s[1][0], s[0][-1], e, bias=len(s) > 2 and len(s[2]) == 1)
+        elif op_name == "aten::addmm" and len(s[1]) == 2 and len(s[2]) == 2:
             (M, K), N = s[1], s[2][1]
-            return 2.0 * M * N * K + M * N, float(e * (M * K + N * K + M * N + _numel(s[0])))
-        if op_name in ("aten::mm", "aten::matmul") and len(s[0]) >= 2 and len(s[1]) == 2:
-            M, K, N = _numel(s[0][:-1]), s[0][-1], s[1][1]
-            return 2.0 * M * N * K, float(e * (M * K + N * K + M * N))
-        if op_name in ("aten::bmm", "aten::matmul") and len(s[0]) == 3 and len(s[1]) == 3:
-            (Bt, M, K), N = s[0], s[1][2]
-            return 2.0 * Bt * M * N * K, float(e * Bt * (M * K + N * K + M * N))
-        if op_name.startswith(("aten::scaled_dot_product_attention", "aten::_scaled_dot_product")):
-            q, k = s[0], s[1]  # (B, H, T, D) for these ops
-            if len(q) != 4 or len(k) != 4:
-                return None
-            B, Hq, Tq, D = q
-            Hkv, Tk = k[1], k[2]
+            op = gemm("", "", M, N, K, e)
+            return op.flops + M * N, op.bytes + e * _numel(s[0])  # the added term: a bias row or a full matrix
+        elif op_name in ("aten::mm", "aten::matmul") and len(s[0]) >= 2 and len(s[1]) == 2:
+            op = gemm("", "", _numel(s[0][:-1]), s[1][1], s[0][-1], e)
+        elif op_name in ("aten::bmm", "aten::matmul") and len(s[0]) == 3 and len(s[1]) == 3:
+            op = gemm("", "", s[0][1], s[1][2], s[0][2], e).scaled(s[0][0])
+        elif op_name.startswith(("aten::scaled_dot_product_attention", "aten::_scaled_dot_product")):
+            (B, Hq, Tq, D), (_, Hkv, Tk, _) = s[0], s[1]  # (B, H, T, D) for these ops
             causal = bool(concrete and len(concrete) > 5 and str(concrete[5]) == "True")  # trace: strings
-            pairs = causal_pairs(Tq, Tk) if causal and Tq <= Tk else Tq * Tk
-            return 4.0 * D * Hq * B * pairs, float(e * B * D * (2 * Hq * Tq + 2 * Hkv * Tk))
+            op = attention("", "", batch=B, q_heads=Hq, kv_heads=Hkv, tq=Tq, tk=Tk, head_dim=D, e=e,
+                           causal=causal and Tq <= Tk)
+        else:
+            return None
+        return op.flops, op.bytes
     except (TypeError, ValueError, IndexError):
         return None
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Kernel / torch-op name → operator class
-# ---------------------------------------------------------------------------------------------
-
-_TORCH_OP_CLASSES = [
-    (r"scaled_dot_product|flash_attention|efficient_attention|_attention", "attention"),
-    (r"conv1d|convolution|conv2d", "conv"),
-    (r"aten::(linear|addmm|mm|matmul|bmm|baddbmm)$", "gemm"),
-    (r"layer_norm|rms_norm|aten::(mean|pow|rsqrt|var|var_mean)$", "norm"),
-    (r"aten::(embedding|index_select|index|index_put_|_index_put_impl_|masked_scatter_?)$", "embedding"),
-    (r"aten::(argmax|max|topk)$", "argmax"),
-]
-
-# Checked in order on the lower-cased kernel name.
-_KERNEL_CLASSES = [
-    (r"memcpy|memset", "copy"),
-    (r"lm_head|greedy_head", "lm_head"),
-    (r"attn|attention|flash|fmha|sdpa", "attention"),
-    (r"conv|fprop|implicit_gemm", "conv"),
-    (r"argmax|arg_max|topk", "argmax"),
-    (r"gemm|gemv|linear|matmul|cutlass|xmma|cublas|splitk|wgmma|_mm_|sm\d+_|ampere_|hopper", "gemm"),
-    (r"norm", "norm"),
-    (r"rope|rotary", "rope"),
-    (r"embed|index_select|indexselect|gather|index_put|scatter", "embedding"),
-    (r"elementwise|vectorized|gelu|silu|swiglu|act|add|mul|cat|fill|copy|where|pow|rsqrt|reduce|"
-     r"softmax|neg|exp|cast|aten::", "pointwise"),
-]
-
-# Helper launches whose work is part of another kernel's logical op (split-K sums, partial combines).
-_AUX = r"epilogue|combine|argmax_reduce|splitkreduce|splitk_reduce"
-
-
-def torch_op_class(op_name: str) -> str | None:
-    for pattern, cls in _TORCH_OP_CLASSES:
-        if re.search(pattern, op_name):
-            return cls
-    return None
-
-
-def kernel_class(kernel_name: str) -> str:
-    name = kernel_name.lower()
-    for pattern, cls in _KERNEL_CLASSES:
-        if re.search(pattern, name):
-            return cls
-    return "other"
-
-
-def is_aux_kernel(kernel_name: str) -> bool:
-    return re.search(_AUX, kernel_name.lower()) is not None
-
-
-# ---------------------------------------------------------------------------------------------
-# Device peaks: measured once per device name, cached
-# ---------------------------------------------------------------------------------------------
 
 
 def cache_dir() -> Path:
@@ -437,36 +345,21 @@ class Peaks:
         return asdict(self)
 
 
-def time_call(fn, device: str) -> float:
-    """Seconds one call of ``fn`` takes: CUDA events around it on a GPU, the host clock on a CPU."""
-    if device == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1000
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def _time_fn(fn, device: str, reps: int) -> float:
-    """Best wall time of ``reps`` calls, in seconds; one untimed call first."""
-    fn()
-    return min(time_call(fn, device) for _ in range(reps))
+def _best_seconds(fn, device: str, reps: int) -> float:
+    """Best of ``reps`` timed calls after an untimed one, in seconds: a peak is what the device can do."""
+    return min(time_repeats(fn, device, warmup=1, repeats=reps)) / 1000
 
 
 def _copy_seconds(nbytes: int, device: str, reps: int) -> float:
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
-    return _time_fn(lambda: dst.copy_(src), device, reps)
+    return _best_seconds(lambda: dst.copy_(src), device, reps)
 
 
 def _matmul_seconds(n: int, dtype: torch.dtype, device: str, reps: int) -> float:
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
-    return _time_fn(lambda: a @ b, device, reps)
+    return _best_seconds(lambda: a @ b, device, reps)
 
 
 def measure_peaks(device: str) -> Peaks:
@@ -525,10 +418,6 @@ def device_peaks(device: str, *, refresh: bool = False, log=print) -> Peaks:
     return peaks
 
 
-# ---------------------------------------------------------------------------------------------
-# Achieved throughput and verdicts
-# ---------------------------------------------------------------------------------------------
-
 LATENCY_CALL_SECONDS = {"cuda": 20e-6, "cpu": 100e-6}
 LOW_FRACTION = 0.10
 
@@ -542,6 +431,13 @@ class Roof:
     pct_bw: float | None            # of the bandwidth peak
     pct_roof: float | None          # of the attainable performance min(peak, AI·BW) at this intensity
     verdict: str
+
+    def fields(self) -> dict:
+        """The report's columns: intensity, TFLOP/s, GB/s, % of each peak, % of the roof, verdict."""
+        rate = lambda value, unit: None if value is None else value / unit
+        return {"intensity": self.intensity, "tflops": rate(self.achieved_flops, 1e12),
+                "gbps": rate(self.achieved_bw, 1e9), "pct_peak_flops": self.pct_flops, "pct_peak_bw": self.pct_bw,
+                "pct_roof": self.pct_roof, "verdict": self.verdict}
 
 
 def assess(flops: float | None, nbytes: float | None, seconds: float, calls: int, peaks: Peaks,

@@ -4,7 +4,7 @@
 leave in the forward pass, visible to benchmark_detailed.py and Nsight Systems. Names used by every
 track: encoder (the whole encode_audio), encoder.conv, encoder.layer, encoder.norm, projector,
 decoder.embed, decoder.prefill, decoder.layer, decoder.head, decoder.step (one decode step).
-glm_asr_common.measure.profiling reads them; a RegionTimer there also times them while it is set here.
+glm_asr_common.measure.trace reads them; a RegionTimer (measure.components) also times them while it is set here.
 NVTX: ``GLM_ASR_NVTX=1`` in the environment turns the NVTX ranges on (``benchmark_detailed.py --nsys``).
 """
 
@@ -18,7 +18,7 @@ NVTX = {"enabled": os.environ.get("GLM_ASR_NVTX", "0") not in ("", "0", "false",
 REGION_NAMES = ("encoder", "encoder.conv", "encoder.layer", "encoder.norm", "projector", "decoder.embed",
                 "decoder.prefill", "decoder.layer", "decoder.head", "decoder.step")
 
-_TIMER = None  # the active timer (measure.profiling.RegionTimer), if any
+_TIMER = None  # the active timer (measure.components.RegionTimer), if any
 
 
 def set_timer(timer) -> None:

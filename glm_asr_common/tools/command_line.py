@@ -1,11 +1,11 @@
 """Command-line plumbing shared by benchmark_student.py, benchmark_detailed.py and demo.py."""
 
 import argparse
+import gc
 import importlib
 import json
 import os
 import sys
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +16,7 @@ from ..course import todo_kernels
 from ..model.audio import SAMPLE_RATE, load_audio
 from ..model.checkpoint import DEFAULT_MODEL, HubUnavailable
 from ..errors import UserError
+from ..measure.timer import time_call
 from ..model.frontend import ASRInputs, prepare_inputs
 from ..model.precision import PRECISIONS, Precision, from_options
 from .tracks import (PATH_MODULES, REPO_ROOT, Checkpoint, import_track, open_checkpoint, path_summary, resolve_path,
@@ -283,30 +284,25 @@ def prepare_session(args, folder: str, log=print) -> Session:
     log(f"Loaded audio from {args.audio}")
     log(f"Audio duration: {len(audio) / SAMPLE_RATE:.2f}s")
 
-    start = time.perf_counter()
     with naming_the_route(name, device):
-        checkpoint = open_args_checkpoint(args, precision.dtype, device)
-    read_seconds = time.perf_counter() - start
-
-    start = time.perf_counter()
-    inputs = prepare_inputs([audio], checkpoint.config, checkpoint.processor)
-    features_ms = (time.perf_counter() - start) * 1000
+        read_ms, checkpoint = time_call(lambda: open_args_checkpoint(args, precision.dtype, device), "cpu")
+    features_ms, inputs = time_call(lambda: prepare_inputs([audio], checkpoint.config, checkpoint.processor), "cpu")
     log(f"Feature extraction: {features_ms:.1f}ms ({inputs.input_features.shape[0]} window(s), "
         f"prompt {inputs.input_ids.shape[1]} tokens)")
     return Session(folder, path, device, precision, precision_description(precision, device, name, path), checkpoint,
-                   inputs, len(audio) / SAMPLE_RATE, features_ms, read_seconds, cpu_defaults)
+                   inputs, len(audio) / SAMPLE_RATE, features_ms, read_ms / 1000, cpu_defaults)
 
 
 def load_track_model(session: Session, log=print):
     """Build the folder's model on the session's checkpoint (raises KernelTodo where a template's kernel
     that runs at load time is unwritten)."""
-    start = time.perf_counter()
-    track = import_track(session.folder, session.path, session.device)
-    session.model = track.load_model(session.checkpoint.config, session.checkpoint.weights, session.device,
-                                     session.precision)
-    if session.device == "cuda":
-        torch.cuda.synchronize()
-    session.load_seconds += time.perf_counter() - start
+    def load():  # importing the track counts: it may import its kernel language first
+        track = import_track(session.folder, session.path, session.device)
+        ckpt = session.checkpoint
+        return track, track.load_model(ckpt.config, ckpt.weights, session.device, session.precision)
+
+    load_ms, (track, session.model) = time_call(load, session.device)
+    session.load_seconds += load_ms / 1000
     session.path_summary = path_summary(track)
     log(f"Model: {session.checkpoint.description} ({session.device}); load {session.load_seconds:.1f}s")
     log(f"Path: {session.path} ({session.path_summary})")
@@ -320,15 +316,18 @@ def open_session(args, folder: str, log=print) -> Session:
     return session
 
 
+def release(device: str):
+    """What a model that is gone held: its Python objects, and on a GPU the allocator's cached blocks."""
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 def timed_generate(model, inputs: ASRInputs, args, device: str, on_token=None) -> tuple[float, list[int]]:
-    """One transcription: its wall time in ms (GPU-synchronised) and the ids of its first row."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    """One transcription: its time in ms (glm_asr_common.measure.timer) and the ids of its first row."""
     streaming = {} if on_token is None else {"on_token": on_token}
-    sync()
-    start = time.perf_counter()
-    tokens = model.generate(inputs, args.max_new_tokens, args.min_new_tokens, **streaming)[0]
-    sync()
-    return (time.perf_counter() - start) * 1000, tokens
+    ms, rows = time_call(lambda: model.generate(inputs, args.max_new_tokens, args.min_new_tokens, **streaming), device)
+    return ms, rows[0]
 
 
 def _token_counter():

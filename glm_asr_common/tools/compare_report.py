@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import gc
 import importlib
 import importlib.util
 import io
@@ -38,12 +37,10 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
-
-from ..measure import roofline
+from ..measure import plots, roofline
 from ..course import self_check
 from ..course import todo_kernels
-from .command_line import time_runs
+from .command_line import release, time_runs
 from ..errors import UserError
 from .tracks import import_track, track_folders, track_paths
 
@@ -90,12 +87,6 @@ def e2e_row(label: str, what: str, runs: list[float], tokens: list[int]) -> dict
             "ms_per_token": statistics.fmean(runs) / max(len(tokens), 1), "token_ids": tokens}
 
 
-def _release(device: str):
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
-
-
 def measure_others(session, args, solution: str, log=print) -> list[dict]:
     """The solution's course and fast paths and transformers, one model in memory at a time."""
     rows = []
@@ -109,7 +100,7 @@ def measure_others(session, args, solution: str, log=print) -> list[dict]:
         label = "course baseline" if path == "course" else "fast path"
         rows.append(e2e_row(label, f"{solution} ({path} path)", *time_runs(model, session.inputs, args, device)))
         del model
-        _release(device)
+        release(device)
     if importlib.util.find_spec("transformers") is None:
         log("[compare] transformers is not installed: no transformers row")
         return rows
@@ -120,7 +111,7 @@ def measure_others(session, args, solution: str, log=print) -> list[dict]:
     rows.append(e2e_row("transformers", "GlmAsrForConditionalGeneration (sdpa)",
                         *time_runs(model, session.inputs, args, device, streams_tokens=False)))
     del model
-    _release(device)
+    release(device)
     return rows
 
 
@@ -344,37 +335,6 @@ def markdown(report: dict, plot: str | None) -> str:
     return "\n".join(parts) + "\n"
 
 
-def plot_roofline(report: dict, path: Path) -> bool:
-    """Each end-to-end run as a point (FLOP per byte, TFLOP/s) under the device's roofline."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    peak = report["peaks"]["matmul_tflops"]
-    bandwidth = report["peaks"]["copy_gbps"] / 1000  # TB/s
-    if not peak:
-        return False
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    xs = [10 ** (i / 20) for i in range(-40, 81)]
-    ax.plot(xs, [min(peak, bandwidth * x) for x in xs], color="black", lw=1.2, label="roofline (measured peaks)")
-    for r in report["end_to_end"]:
-        intensity = r["flops"] / r["bytes"]
-        ax.scatter([intensity], [r["tflops"]], s=40, zorder=3, label=f"{r['label']}: {r['mean_ms']:.1f} ms")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP / byte, whole transcription)")
-    ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"{report['folder']} vs {report['solution']} ({report['precision']}, {report['device']})", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
-
-
 def write_report(report: dict, out_dir: str) -> Path:
     """report.md, report.json and roofline.png into ``out_dir`` (created); returns the Markdown path."""
     directory = Path(out_dir)
@@ -382,7 +342,7 @@ def write_report(report: dict, out_dir: str) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot create the report folder {out_dir}: {e.strerror}") from None
-    plot = "roofline.png" if plot_roofline(report, directory / "roofline.png") else None
+    plot = "roofline.png" if plots.run_roofline(report, directory / "roofline.png") else None
     (directory / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     (directory / "report.md").write_text(markdown(report, plot))
     return directory / "report.md"

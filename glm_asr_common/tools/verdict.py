@@ -15,14 +15,13 @@ judges them on a GPU by teacher-forced regret instead).
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 from dataclasses import dataclass
 
 import torch
 
 from ..course import todo_kernels
-from .command_line import INTERPRETED_MAX_PARAMETERS, expected_text, open_args_checkpoint, parameter_count
+from .command_line import INTERPRETED_MAX_PARAMETERS, expected_text, open_args_checkpoint, parameter_count, release
 from ..model.precision import PRECISIONS
 from ..reference.scoring import word_error_rate
 
@@ -93,9 +92,7 @@ def check_against_transformers(session, args, ids: list[int]) -> IdsCheck:
     model = HFTrack(raw_config(args), weights, cfg, session.device, PRECISIONS["fp32"])
     reference = model.generate(session.inputs, args.max_new_tokens, args.min_new_tokens)[0]
     del model, weights
-    gc.collect()
-    if session.device == "cuda":
-        torch.cuda.empty_cache()
+    release(session.device)
     return IdsCheck(ids, reference, precision)
 
 

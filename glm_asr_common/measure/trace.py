@@ -1,257 +1,50 @@
-"""Reading the named regions the tracks mark in their forward pass (glm_asr_common.model.regions), so
-that time can be attributed to components. Three ways, all here:
-
-* ``RegionTimer``: while one is active, every region also records a CUDA event (a perf_counter on a
-  CPU) at entry and exit, so a whole transcription splits into per-component times without the
-  profiler's overhead (regions inside a CUDA graph capture are skipped: a replayed graph is timed as
-  the region around ``replay()``).
-* ``parse_trace``: the Chrome trace torch.profiler writes for one transcription → every device kernel
-  (on a CPU: every torch op's self time) attributed to the innermost enclosing region, with the torch
-  op that launched it (for its class and recorded shapes); kernels replayed from a CUDA graph go to
-  the region around the replay, or, with ``split_graph_replays`` and an eager run of the same work,
-  to the regions they have there.
-* NVTX ranges (``GLM_ASR_NVTX=1``, glm_asr_common.model.regions), for ``benchmark_detailed.py --nsys``.
-
-``component_of`` maps a region and its ancestors to a component (encoder, projector, prefill, decode)
-and a part of it (conv / layers / norm; embed / layers / head); ``summarize`` adds instances up.
+"""torch.profiler's view of one transcription: every device kernel (on a CPU: every torch op's self time)
+attributed to the innermost region around it (glm_asr_common.model.regions), with the torch op that
+launched it (its class, and its FLOPs and bytes from the recorded shapes) and its operator class.
+Kernels replayed from a CUDA graph go to the region around the replay, or, with ``split_graph_replays``
+and an eager run of the same work, to the regions they have there.
 """
 
+import difflib
+import gzip
 import json
 import os
-import statistics
 import tempfile
-import time
 from dataclasses import dataclass, field
 
 import torch
 
-from ..model import regions as named_regions
-
-COMPONENTS = ("encoder", "projector", "prefill", "decode")
-PARTS = {"encoder": ("conv", "layers", "norm", "other"), "projector": (),
-         "prefill": ("embed", "layers", "head", "other"), "decode": ("embed", "layers", "head", "other")}
-_PART_OF = {"encoder.conv": "conv", "encoder.layer": "layers", "encoder.norm": "norm",
-            "decoder.embed": "embed", "decoder.layer": "layers", "decoder.head": "head"}
+from ..model.regions import REGION_NAMES
+from .components import Regions
+from .operators import torch_op_class
+from .roofline import shape_cost
+from .timer import time_call
 
 
-# ---------------------------------------------------------------------------------------------
-# Region instances → components
-# ---------------------------------------------------------------------------------------------
-
-
-def component_of(chain: list[str]) -> tuple[str, str]:
-    """(component, part) of a region given its name chain, innermost first.
-
-    The nearest region that decides it wins: encoder* → encoder, projector → projector, decoder.step
-    → decode, decoder.prefill → prefill; decoder.embed/layer/head outside both (the prompt embedding
-    of a track that embeds before its prefill region) count as prefill. The part is the nearest
-    named part (conv/layers/norm, embed/layers/head), else "other".
-    """
-    component = "prefill"
-    for name in chain:
-        if name.startswith("encoder"):
-            component = "encoder"
-            break
-        if name == "projector":
-            component = "projector"
-            break
-        if name == "decoder.step":
-            component = "decode"
-            break
-        if name == "decoder.prefill":
-            break
-    part = "other"
-    for name in chain:
-        if name in _PART_OF and _PART_OF[name] in PARTS[component]:
-            part = _PART_OF[name]
-            break
-        if name in ("encoder", "decoder.step", "decoder.prefill", "projector"):
-            break
-    return component, ("" if component == "projector" else part)
-
-
-@dataclass
-class Regions:
-    """Region instances in start order (parents before children), each with an exclusive value (ms)."""
-
-    names: list = field(default_factory=list)
-    parents: list = field(default_factory=list)   # index of the enclosing region, -1 at top level
-    exclusive: list = field(default_factory=list)  # ms not covered by a nested region
-
-    def chain(self, i: int) -> list[str]:
-        out = []
-        while i >= 0:
-            out.append(self.names[i])
-            i = self.parents[i]
-        return out
-
-    def inclusive(self) -> list[float]:
-        incl = list(self.exclusive)
-        for i in range(len(incl) - 1, -1, -1):
-            if self.parents[i] >= 0:
-                incl[self.parents[i]] += incl[i]
-        return incl
-
-    def assignments(self) -> list[tuple[str, str]]:
-        return [component_of(self.chain(i)) for i in range(len(self.names))]
-
-
-def summarize(regions: Regions, total_ms: float | None = None) -> dict:
-    """Flat metrics of one run: component totals and parts, per-step and per-layer times (ms).
-
-    Keys: "<component>" and "<component>.<part>" (exclusive sums), "decode.steps",
-    "decode.step_median", "outside" (total − all regions, when total_ms is given), "total";
-    plus lists "layers.encoder", "layers.prefill" (per layer instance) and "layers.decode"
-    (per layer index, median over the steps), "steps" (per decode step).
-    """
-    out = {c: 0.0 for c in COMPONENTS}
-    for c, parts in PARTS.items():
-        for p in parts:
-            out[f"{c}.{p}"] = 0.0
-    assigned = regions.assignments()
-    for (comp, part), value in zip(assigned, regions.exclusive):
-        out[comp] += value
-        if part:
-            out[f"{comp}.{part}"] += value
-    incl = regions.inclusive()
-    enc_layers, prefill_layers, steps, step_layers = [], [], [], []
-    step_of = {}
-    for i, name in enumerate(regions.names):
-        if name == "decoder.step":
-            step_of[i] = len(steps)
-            steps.append(incl[i])
-            step_layers.append([])
-    for i, name in enumerate(regions.names):
-        if name == "encoder.layer":
-            enc_layers.append(incl[i])
-        elif name == "decoder.layer":
-            j = regions.parents[i]
-            while j >= 0 and j not in step_of:
-                j = regions.parents[j]
-            if j >= 0:
-                step_layers[step_of[j]].append(incl[i])
-            elif assigned[i][0] == "prefill":
-                prefill_layers.append(incl[i])
-    n_layers = max((len(s) for s in step_layers), default=0)
-    decode_layers = [statistics.median([s[k] for s in step_layers if len(s) > k]) for k in range(n_layers)]
-    out["decode.steps"] = len(steps)
-    out["decode.step_median"] = statistics.median(steps) if steps else 0.0
-    regions_ms = sum(out[c] for c in COMPONENTS)
-    if total_ms is not None:
-        out["outside"] = total_ms - regions_ms
-        out["total"] = total_ms
-    out["layers.encoder"] = enc_layers
-    out["layers.prefill"] = prefill_layers
-    out["layers.decode"] = decode_layers
-    out["steps"] = steps
-    return out
-
-
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    """(q1, median, q3); one value gives it three times."""
-    if not values:
-        return 0.0, 0.0, 0.0
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, med, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, med, q3
-
-
-def aggregate(runs: list[dict]) -> dict:
-    """Median and quartiles over runs of every scalar metric; per-index medians of the layer lists."""
-    out = {}
-    for key, value in runs[0].items():
-        if isinstance(value, list):
-            n = min(len(r[key]) for r in runs)
-            out[key] = [statistics.median([r[key][k] for r in runs]) for k in range(n)]
-        else:
-            q1, med, q3 = quartiles([r[key] for r in runs])
-            out[key] = {"median": med, "q1": q1, "q3": q3}
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Region timer: CUDA events (or perf_counter) at every region entry and exit
-# ---------------------------------------------------------------------------------------------
-
-
-class RegionTimer:
-    """``with RegionTimer(device) as t: model.generate(...)`` → ``t.regions`` and ``t.total_ms``.
-
-    On CUDA each mark is an event recorded on the current stream, so a region's time is the GPU
-    time between the points where its first launch and its end were queued: kernel time plus the
-    idle gaps while the GPU waited for the host. Marks cost a few µs of host time each.
-    """
-
-    def __init__(self, device: str):
-        self.cuda = device == "cuda"
-        self.regions = Regions()
-        self.total_ms = 0.0
-
-    def _mark(self):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def _ms(self, a, b) -> float:
-        return a.elapsed_time(b) if self.cuda else (b - a) * 1000
-
-    def __enter__(self):
-        if self.cuda:
-            torch.cuda.synchronize()
-        self._names, self._parents, self._starts, self._ends, self._stack = [], [], [], [], []
-        self._base = self._mark()
-        named_regions.set_timer(self)
-        return self
-
-    def enter(self, name: str):
-        if self.cuda and torch.cuda.is_current_stream_capturing():
-            return None
-        idx = len(self._names)
-        self._names.append(name)
-        self._parents.append(self._stack[-1] if self._stack else -1)
-        self._starts.append(self._mark())
-        self._ends.append(None)
-        self._stack.append(idx)
-        return idx
-
-    def exit(self, idx):
-        if idx is None:
-            return
-        self._ends[idx] = self._mark()
-        if self._stack and self._stack[-1] == idx:
-            self._stack.pop()
-        elif idx in self._stack:
-            self._stack.remove(idx)
-
-    def __exit__(self, *exc):
-        named_regions.set_timer(None)
-        end = self._mark()
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.total_ms = self._ms(self._base, end)
-        durations = [self._ms(s, e) if e is not None else 0.0 for s, e in zip(self._starts, self._ends)]
-        exclusive = list(durations)
-        for i, parent in enumerate(self._parents):
-            if parent >= 0:
-                exclusive[parent] -= durations[i]
-        self.regions = Regions(self._names, self._parents, exclusive)
+def needs_cupti_before_graphs() -> bool:
+    """CUDA before 12 can break a graph captured before CUPTI first attached (pytorch issue 75504, the
+    reason for torch.profiler._utils._init_for_cuda_graphs). On CUDA 12+ a profiler started after the
+    capture records the replayed kernels (checked on an H200, CUDA 13), so nothing is opened early."""
+    version = getattr(torch.version, "cuda", None)
+    if getattr(torch.version, "hip", None) or not version:
+        return False
+    try:
+        return int(str(version).split(".")[0]) < 12
+    except ValueError:
         return False
 
 
-def timed_run(model, inputs, max_new_tokens: int, min_new_tokens: int, device: str) -> tuple[dict, list[int]]:
-    """One transcription under a RegionTimer → (summarize(...) metrics, tokens of row 0)."""
-    with RegionTimer(device) as timer:
-        tokens = model.generate(inputs, max_new_tokens, min_new_tokens)[0]
-    return summarize(timer.regions, timer.total_ms), tokens
+def init_profiler_for_cuda_graphs():
+    """On old CUDA only: attach CUPTI (an empty CPU+CUDA profiler session) before any graph is captured."""
+    if not needs_cupti_before_graphs():
+        return False
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+        pass
+    return True
 
 
-# ---------------------------------------------------------------------------------------------
-# torch.profiler trace → kernels attributed to regions
-# ---------------------------------------------------------------------------------------------
-#
 # The input is the profiler's Chrome trace (``export_chrome_trace``): the one form that holds the
 # same fields on every torch release. FunctionEvent attributes do not: activity_type and
 # linked_correlation_id only came to them in 2026 (pytorch PRs 177662, 178597), after the torch 2.11
@@ -317,8 +110,6 @@ def _ns(us) -> int:
 
 def load_trace(path) -> dict:
     """A Chrome trace written by torch.profiler (``.json`` or ``.json.gz``)."""
-    import gzip
-
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as f:
         return json.load(f)
@@ -329,13 +120,8 @@ def profile_run(fn, device: str, *, record_shapes: bool = True) -> ProfileResult
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    sync()
     with profile(activities=activities, record_shapes=record_shapes) as prof:
-        start = time.perf_counter()
-        tokens = fn()
-        sync()
-        wall_ms = (time.perf_counter() - start) * 1000
+        wall_ms, tokens = time_call(fn, device)
     with tempfile.TemporaryDirectory(prefix="glm_asr_trace_") as tmp:
         path = os.path.join(tmp, "trace.json")
         prof.export_chrome_trace(path)
@@ -376,8 +162,6 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
     ``trace``: the trace's JSON object (or its list of events). Kernels replayed from a CUDA graph go
     to the region around the replay; ``split_graph_replays`` can place them further down.
     """
-    from .roofline import shape_cost, torch_op_class
-
     events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     host, launches, device_events, gpu_regions = [], {}, [], []
     for e in events:
@@ -392,7 +176,7 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
         if cat in HOST_CATEGORIES:
             host.append(span)
         elif cat == GPU_ANNOTATION:
-            if span.name in named_regions.REGION_NAMES:
+            if span.name in REGION_NAMES:
                 gpu_regions.append(span)
         elif cat in LAUNCH_CATEGORIES:
             if span.args.get("correlation") is not None:
@@ -417,7 +201,7 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
     regions = Regions()
     for i, s in enumerate(host):
         p = parent[i]
-        if s.name in named_regions.REGION_NAMES:
+        if s.name in REGION_NAMES:
             region_idx[i] = len(regions.names)
             regions.names.append(s.name)
             regions.parents.append(region_of[p] if p >= 0 else -1)
@@ -535,8 +319,6 @@ def split_graph_replays(graphed: ProfileResult, eager: ProfileResult) -> tuple[i
     each matched kernel moves to a copy of its eager region, nested under R. Unmatched kernels stay in R.
     Changes ``graphed`` in place; returns (kernels placed, replayed kernels).
     """
-    import difflib
-
     groups: dict = {}
     for k in graphed.kernels:
         if k.replay is not None:
@@ -589,39 +371,3 @@ def split_graph_replays(graphed: ProfileResult, eager: ProfileResult) -> tuple[i
     return placed, total
 
 
-# ---------------------------------------------------------------------------------------------
-# benchmark_student.py --profile
-# ---------------------------------------------------------------------------------------------
-
-
-def print_component_summary(session, args, log=print):
-    """Per-component lines (median of --runs timed transcriptions with region timers)."""
-    device = session.device
-    runs = []
-    for _ in range(max(1, args.runs)):
-        metrics, _ = timed_run(session.model, session.inputs, args.max_new_tokens, args.min_new_tokens, device)
-        runs.append(metrics)
-    agg = aggregate(runs)
-    med = {k: v["median"] for k, v in agg.items() if isinstance(v, dict)}
-    graph = getattr(session.model, "use_cuda_graph", False) and device == "cuda"
-    log("=" * 60)
-    log(f"PROFILE (median of {len(runs)} runs; region timers, {'CUDA events' if device == 'cuda' else 'CPU clock'})")
-    log("=" * 60)
-    enc_layers = len(runs[0]["layers.encoder"])
-    dec_layers = len(runs[0]["layers.prefill"])
-    steps = int(med["decode.steps"])
-    total = med["total"] or 1.0
-    rows = [
-        ("Encoder", med["encoder"], f"conv {med['encoder.conv']:.1f}, {enc_layers} layers "
-         f"{med['encoder.layers']:.1f}, norm {med['encoder.norm']:.1f}"),
-        ("Projector", med["projector"], ""),
-        ("Prefill", med["prefill"], f"embed {med['prefill.embed']:.1f}, {dec_layers} layers "
-         f"{med['prefill.layers']:.1f}, head {med['prefill.head']:.1f}"),
-        ("Decode", med["decode"], f"{steps} steps, {med['decode.step_median']:.2f} ms/step median"
-         + (" (CUDA graph: per-layer split hidden)" if graph else
-            f"; layers {med['decode.layers']:.1f}, head {med['decode.head']:.1f}")),
-        ("Outside regions", med["outside"], "host loop, syncs, input copies"),
-    ]
-    for name, ms, detail in rows:
-        log(f"{name + ':':<17}{ms:9.1f}ms {100 * ms / total:5.1f}%" + (f"  ({detail})" if detail else ""))
-    log(f"{'Total:':<17}{med['total']:9.1f}ms  (components + outside; see benchmark_detailed.py for kernels)")
