@@ -9,7 +9,7 @@ the GPU and in the emulator, so the signatures the emulator records are the ones
 
 import torch
 
-from glm_asr_common.cutile.runtime import ct
+from glm_asr_common.runtimes.cutile import ct
 
 # Elements in one row-kernel tile (rows x padded width): a tile of up to 16 KiB of fp32 per block.
 TILE_ELEMENTS = 4096

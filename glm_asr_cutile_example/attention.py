@@ -23,7 +23,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/att
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile.runtime import ct, launch  # noqa: E402
+from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
 from ._tile_helpers import cdiv, next_power_of_2, rows_per_block  # noqa: E402

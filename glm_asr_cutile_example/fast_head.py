@@ -18,7 +18,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fas
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile.runtime import MODE, ct, launch  # noqa: E402
+from glm_asr_common.runtimes.cutile import MODE, ct, launch  # noqa: E402
 
 from ._tile_helpers import as_rows, cdiv, next_power_of_2, round_as  # noqa: E402
 from .fast_linear import RMSNORM, gemv_rows  # noqa: E402

@@ -25,7 +25,7 @@ captured) and replays them.
 import torch
 
 from glm_asr_common.model.config import ModelConfig
-from glm_asr_common.cutile.runtime import launch
+from glm_asr_common.runtimes.cutile import launch
 from glm_asr_common.model.engine import GreedyModel
 from glm_asr_common.model.precision import Precision
 from glm_asr_common.model.regions import region

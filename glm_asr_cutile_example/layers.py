@@ -22,7 +22,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/lay
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile.runtime import ct, launch  # noqa: E402
+from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
 from ._tile_helpers import (  # noqa: E402

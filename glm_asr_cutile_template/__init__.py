@@ -5,7 +5,7 @@ model.py is the course path: the course model (glm_asr_common/model/course_model
 Triton track) on this folder's eleven course kernels plus the provided glue (glue.py, conv.py),
 nothing else. glm_asr_common.tools.tracks picks a path by its file (fast_model.py, model.py,
 cupy_model.py where present); the generated template copies the course path only. Kernel files use
-``ct`` and ``launch`` from glm_asr_common.cutile.runtime: the real cuda.tile on a GPU, a CPU
+``ct`` and ``launch`` from glm_asr_common.runtimes.cutile: the real cuda.tile on a GPU, a CPU
 emulator elsewhere.
 
 ``STUDENT_KERNELS``: the course kernels students write (the course model's list). In the example each

@@ -3,7 +3,7 @@
 
 Imported by absolute name from the file's own folder: it puts the repository on sys.path so the
 file's relative imports work, and returns the package name for ``__package__``. Which cuTile runs
-(the GPU's, or the CPU emulator when torch sees no GPU) is glm_asr_common.cutile.runtime's choice.
+(the GPU's, or the CPU emulator when torch sees no GPU) is glm_asr_common.runtimes.cutile's choice.
 """
 
 import os

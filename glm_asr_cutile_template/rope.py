@@ -20,7 +20,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_template/ro
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.cutile.runtime import ct, launch  # noqa: E402
+from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 

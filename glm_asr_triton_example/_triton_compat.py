@@ -1,20 +1,16 @@
-"""Three gaps of Triton 3.6's CPU interpreter (TRITON_INTERPRET=1), closed for this package's kernels,
-and the launch helpers every kernel file shares.
+"""What this package's kernels call beyond triton.language, and the launch helpers every kernel file
+shares. Two gaps of Triton 3.6's CPU interpreter (TRITON_INTERPRET=1) show in kernel code, so the
+kernels use these helpers where they matter:
 
-1. The interpreter truncates fp32 -> bf16 casts, where the GPU (and torch) round to nearest even.
-   ``round_to`` is the cast to use wherever a kernel's bf16 rounding must match torch; on a GPU it
-   compiles to the plain cast.
-2. The interpreter's ``tl.dot`` multiplies bf16 operands as their raw 16-bit integer patterns.
-   ``dot`` widens them to fp32 first (exact: a bf16 x bf16 product fits fp32), under the
-   interpreter only; on a GPU it is ``tl.dot`` on the tensor cores at the precision asked for.
-3. With NumPy >= 2.4 the interpreter cannot turn a run-time scalar into a Python int, so every loop
-   with a run-time bound (``range(0, n, BLOCK)``) fails (triton-lang/triton#9171, fixed after 3.6).
-   Importing this module under the interpreter patches that conversion.
+1. ``round_to``: the interpreter truncates fp32 -> bf16 casts (its conversion, from
+   triton-lang/triton#3811, drops the low bits), where the GPU and torch round to nearest even. Use
+   it wherever a kernel's bf16 rounding must match torch; on a GPU it compiles to the plain cast.
+2. ``dot``: the interpreter's ``tl.dot`` multiplies bf16 operands as their raw 16-bit integer
+   patterns (triton-lang/triton#11584). ``dot`` widens them to fp32 first (exact: a bf16 x bf16
+   product fits fp32), under the interpreter only; on a GPU it is ``tl.dot`` at the precision asked.
 
-Importing it under the interpreter also makes calls of @triton.jit helpers (``round_to``, ``dot``)
-from inside a kernel cheap: the interpreter re-patches all of triton.language (inspect.getmembers over
-three modules) on every such call, although the launch that runs the kernel has already patched it.
-That was half the CPU time of an interpreted transcription.
+The interpreter's other gaps need no change to kernel code: glm_asr_common.runtimes.triton_interpreter
+closes them when this module is imported under the interpreter.
 """
 
 import functools
@@ -49,45 +45,10 @@ def dot(a, b, acc, INPUT_PRECISION: tl.constexpr):
     return tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
 
 
-def _patch_scalar_index():
-    from triton.runtime import interpreter
-
-    patch_tensor = interpreter._patch_lang_tensor
-    if getattr(patch_tensor, "_scalar_index_fixed", False):
-        return
-
-    def patched(tensor, scope):
-        patch_tensor(tensor, scope)
-        # Scalars are 1-element arrays in the interpreter; take the element explicitly.
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patched._scalar_index_fixed = True
-    interpreter._patch_lang_tensor = patched
-
-
-def _skip_repatching_in_helper_calls():
-    from triton.runtime import interpreter
-
-    patch_and_call = interpreter.InterpretedFunction.__call__
-
-    def call(self, *args, **kwargs):
-        # A helper whose only view of the language is `tl` (this package's) runs inside a launch,
-        # which has patched `tl` for its duration; Triton's own helpers (tl.zeros, tl.sum, ...) also
-        # reach into triton.language.core, which only their own call patches.
-        if any(value is tl.core for value in self.fn.__globals__.values()):
-            return patch_and_call(self, *args, **kwargs)
-        fn = self.rewrite()
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            raise interpreter.InterpreterError(repr(e)) from e
-
-    interpreter.InterpretedFunction.__call__ = call
-
-
 if INTERPRET:
-    _patch_scalar_index()
-    _skip_repatching_in_helper_calls()
+    from glm_asr_common.runtimes import triton_interpreter
+
+    triton_interpreter.apply_fixes()
 
 
 # Programmatic dependent launch (Hopper and later): a kernel launched with launch_pdl=True may start

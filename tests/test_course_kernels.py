@@ -192,7 +192,7 @@ def test_a_raising_kernel_is_a_fail_row_and_the_next_case_runs(capsys):
 def test_every_cutile_case_signature_compiles_for_sm_90(tmp_path):
     """The cases' launches, recorded by the emulator in a process of their own, compiled by the real
     cuda.tile for sm_90 (utils/cutile_compile_check.py prints a line per signature as it goes)."""
-    from glm_asr_common.cutile.runtime import MODE
+    from glm_asr_common.runtimes.cutile import MODE
 
     if MODE != "emulate":
         pytest.skip("on a GPU the cases compile every signature as they launch")

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from glm_asr_common.model.audio import load_audio
-from glm_asr_common.cutile.runtime import MODE, recorded_signatures, write_signatures
+from glm_asr_common.runtimes.cutile import MODE, recorded_signatures, write_signatures
 from parity import inputs_for, track_model
 from cutile_compile_check import toolchain_missing
 
@@ -56,7 +56,7 @@ def test_course_path_signatures_compile_for_sm_90(tiny_ckpt, clips, tmp_path, mo
     missing = toolchain_missing()
     if missing:
         pytest.skip(missing)
-    from glm_asr_common.cutile import emulator as cutile_emulator
+    from glm_asr_common.runtimes import cutile_emulator
     from glm_asr_common.model.frontend import prepare_inputs
 
     emulate_grid = cutile_emulator.launch

@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from glm_asr_common.cutile.runtime import MODE, recorded_signatures, write_signatures
+from glm_asr_common.runtimes.cutile import MODE, recorded_signatures, write_signatures
 from glm_asr_common.tools.tracks import path_summary, resolve_path
 from glm_asr_common.reference.torch_ops import attention as torch_attention
 from glm_asr_common.reference.torch_ops import rope as torch_rope

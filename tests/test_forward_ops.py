@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from glm_asr_common.cutile import runtime as cutile_runtime
+from glm_asr_common.runtimes import cutile as cutile_runtime
 from glm_asr_common.model.audio import load_audio
 from parity import inputs_for, track_model
 

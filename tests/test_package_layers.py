@@ -1,17 +1,18 @@
 """glm_asr_common is split by layer, and a layer imports only from the layers below it:
 
-    errors < model < reference < measure < cutile < course < tools
+    errors < model < reference < measure < runtimes < course < tools
 
 (model: what a track needs to run; reference: what tracks are judged against; measure: FLOPs, bytes,
-profiles; cutile: how cuTile code runs; course: TODO stand-ins, the kernels' cases, self-checks;
-tools: what the command-line tools share.) Read from every module's import statements.
+profiles; runtimes: how kernels run where there is no GPU, or how cuTile runs on one; course: TODO
+stand-ins, the kernels' cases, self-checks; tools: what the command-line tools share.) Read from every
+module's import statements.
 """
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "glm_asr_common"
-LAYERS = ["errors", "model", "reference", "measure", "cutile", "course", "tools"]
+LAYERS = ["errors", "model", "reference", "measure", "runtimes", "course", "tools"]
 
 
 def imported_layers(path: Path) -> set[str]:

@@ -1,8 +1,8 @@
 """Compile every cuTile kernel signature for sm_90 with the real compiler, on a machine without a GPU.
 
-cuTile has no CPU interpreter, and the CPU emulator (glm_asr_common/cutile/emulator.py) accepts some
+cuTile has no CPU interpreter, and the CPU emulator (glm_asr_common/runtimes/cutile_emulator.py) accepts some
 code the real compiler rejects. This check closes that gap: the kernel signatures come from launches
-recorded while an emulated run executed (GLM_ASR_CUTILE_RECORD, see glm_asr_common/cutile/runtime.py),
+recorded while an emulated run executed (GLM_ASR_CUTILE_RECORD, see glm_asr_common/runtimes/cutile.py),
 and each distinct one is compiled here by cuda.tile's ahead-of-time path
 (``cuda.tile.compilation.export_kernel``, output cubin), one line per signature:
 

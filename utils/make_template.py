@@ -68,8 +68,8 @@ TRACKS = {
                     re.compile(r"^import triton\.language as tl\b.*$", re.M), "'import triton.language as tl'",
                     REPO / "utils" / "template_README.md", "{kernel}"),
     "cutile": Track("cutile", "glm_asr_cutile_example", "glm_asr_cutile_template", "ct.kernel",
-                    re.compile(r"^from glm_asr_common\.cutile\.runtime import .*$", re.M),
-                    "'from glm_asr_common.cutile.runtime import ...'", REPO / "utils" / "cutile_template_README.md",
+                    re.compile(r"^from glm_asr_common\.runtimes\.cutile import .*$", re.M),
+                    "'from glm_asr_common.runtimes.cutile import ...'", REPO / "utils" / "cutile_template_README.md",
                     "cutile-{kernel}"),
 }
 

@@ -4,7 +4,7 @@
 # 13.4.92). Where an NVIDIA driver answers (nvidia-smi), also requirements-cutile-gpu.txt: CuPy for
 # the CUDA major version torch was built with. Re-sourcing is quick: the packages are reinstalled only
 # when those files (or that CUDA version) change. Without a GPU, cuTile kernels run in the CPU emulator
-# (glm_asr_common/cutile/emulator.py) and the compiler serves utils/cutile_compile_check.py.
+# (glm_asr_common/runtimes/cutile_emulator.py) and the compiler serves utils/cutile_compile_check.py.
 source "$(dirname "${BASH_SOURCE[0]}")/setup-triton.sh"
 # (The function's failures are returned explicitly: inside an `if` condition, set -e is ignored.)
 _glm_cutile_setup() {
@@ -28,7 +28,7 @@ $(cat "$_glm_root/requirements-cutile-gpu.txt")"
 }
 if [ -n "${VIRTUAL_ENV:-}" ] && ( _glm_cutile_setup ); then
     echo "cuTile environment ready: $(cd "$_glm_root" && python -c 'import cuda.tile as ct
-from glm_asr_common.cutile.runtime import MODE
+from glm_asr_common.runtimes.cutile import MODE
 where = "on the GPU" if MODE == "gpu" else "in the CPU emulator (the compiler serves utils/cutile_compile_check.py)"
 print(f"cuda.tile {ct.__version__}, kernels run {where}")')"
 else

@@ -251,7 +251,7 @@ def load_track(package: str) -> Track:
     root = importlib.import_module(package)
     ops = track_ops(package)
     if "cutile" in package:
-        from ..cutile.runtime import MODE
+        from ..runtimes.cutile import MODE
 
         return Track(package, ops, root.STUDENT_KERNELS, MODE != "gpu", "cuTile emulator", "@ct.kernel")
     interpret = importlib.import_module(f"{package}._triton_compat").INTERPRET

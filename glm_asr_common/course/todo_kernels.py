@@ -54,7 +54,7 @@ def _display_path(path: str) -> str:
 class TodoKernel:
     """Stands where a kernel will be (``@triton.jit`` or ``@ct.kernel``): same name and docstring,
     launches raise. Triton launches go through ``kernel[grid](...)``; cuTile's launcher
-    (glm_asr_common.cutile.runtime.launch) calls ``resolve()``."""
+    (glm_asr_common.runtimes.cutile.launch) calls ``resolve()``."""
 
     def __init__(self, fn, name: str, reference: str, guide: str):
         if fn.__name__ != name:

@@ -2,7 +2,7 @@
 
 Kernel files import ``ct`` and ``launch`` from here and are written against ``ct.*`` only:
 
-    from glm_asr_common.cutile.runtime import ct, launch
+    from glm_asr_common.runtimes.cutile import ct, launch
 
     @ct.kernel
     def scale_kernel(x, y, BLOCK: ct.Constant[int]): ...
@@ -13,7 +13,7 @@ Kernel files import ``ct`` and ``launch`` from here and are written against ``ct
 
 * ``"gpu"``: the real ``cuda.tile`` (a CUDA GPU is present). ``launch`` queues the kernel on
   ``torch.cuda.current_stream()``, so launches made under ``torch.cuda.graph`` are captured.
-* ``"emulate"``: ``glm_asr_common.cutile.emulator`` (no GPU): ``launch`` runs the kernel at once on
+* ``"emulate"``: ``glm_asr_common.runtimes.cutile_emulator`` (no GPU): ``launch`` runs the kernel at once on
   the CPU tensors, block by block, and records its signature (``recorded_signatures``).
 * ``"compile"``: the real ``cuda.tile`` on a machine without a GPU, only so that kernels can be
   compiled for sm_90 (utils/cutile_compile_check.py); ``launch`` refuses.
@@ -46,7 +46,7 @@ def _select_mode() -> str:
 MODE = _select_mode()
 
 if MODE == "emulate":
-    from . import emulator as ct
+    from . import cutile_emulator as ct
 else:
     try:
         import cuda.tile as ct

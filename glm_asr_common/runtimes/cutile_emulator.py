@@ -1,7 +1,7 @@
 """A tile-level CPU emulator of the part of NVIDIA cuTile (``cuda.tile``) the course kernels use.
 
 cuTile has no CPU interpreter. This module stands in for ``cuda.tile`` on machines without a GPU:
-``glm_asr_common.cutile.runtime`` exports it as ``ct`` there, so a kernel file written against
+``glm_asr_common.runtimes.cutile`` exports it as ``ct`` there, so a kernel file written against
 ``ct.*`` runs unchanged. Launching a kernel runs its Python body once per block of the grid, in
 order, with ``ct.bid`` set; every tile operation is one torch operation on the whole tile (so a
 kernel costs a Python loop over blocks, not over elements).
@@ -1071,7 +1071,7 @@ class kernel:  # noqa: N801 - cuTile's name
 
     def __call__(self, *args, **kwargs):
         raise CutileEmulatorError(f"{self.__name__}: kernels are launched, not called "
-                                  "(glm_asr_common.cutile.runtime.launch(grid, kernel, *args))")
+                                  "(glm_asr_common.runtimes.cutile.launch(grid, kernel, *args))")
 
     @property
     def parameters(self) -> list[tuple[str, bool]]:

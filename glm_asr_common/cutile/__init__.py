@@ -1,2 +1,0 @@
-"""How cuTile code runs: the real cuda.tile on a GPU, a CPU emulator of it elsewhere.
-"""

@@ -1,0 +1,58 @@
+"""Fixes to Triton 3.6's CPU interpreter (TRITON_INTERPRET=1) that the course's kernels need and that
+need nothing in kernel code; applied once, by the track's _triton_compat.py when it is imported under
+the interpreter. (The two gaps that do show in kernel code, bf16 rounding and bf16 tl.dot, are
+_triton_compat's round_to and dot.)
+
+1. With NumPy >= 2.4 the interpreter cannot turn a run-time scalar into a Python int, so every loop
+   with a run-time bound (``range(0, n, BLOCK)``) fails (triton-lang/triton#9171, fixed after 3.6):
+   scalars get an ``__index__`` that takes their one element.
+2. Each call of a @triton.jit helper from inside a kernel (round_to, dot) re-patches all of
+   triton.language (inspect.getmembers over three modules), although the launch running the kernel
+   has patched it already: half the CPU time of an interpreted transcription. A helper whose only
+   view of the language is its module's ``tl`` skips that. (No upstream issue: the interpreter is
+   written for correctness, not speed.)
+"""
+
+from triton.language import core as language_core
+
+
+def apply_fixes() -> None:
+    """Patch the interpreter in this process (idempotent)."""
+    _patch_scalar_index()
+    _skip_repatching_in_helper_calls()
+
+
+def _patch_scalar_index():
+    from triton.runtime import interpreter
+
+    patch_tensor = interpreter._patch_lang_tensor
+    if getattr(patch_tensor, "_scalar_index_fixed", False):
+        return
+
+    def patched(tensor, scope):
+        patch_tensor(tensor, scope)
+        # Scalars are 1-element arrays in the interpreter; take the element explicitly.
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._scalar_index_fixed = True
+    interpreter._patch_lang_tensor = patched
+
+
+def _skip_repatching_in_helper_calls():
+    from triton.runtime import interpreter
+
+    patch_and_call = interpreter.InterpretedFunction.__call__
+
+    def call(self, *args, **kwargs):
+        # A helper whose only view of the language is its module's `tl` (the tracks' helpers) runs
+        # inside a launch, which has patched `tl` for its duration; Triton's own helpers (tl.zeros,
+        # tl.sum, ...) also reach into triton.language.core, which only their own call patches.
+        if any(value is language_core for value in self.fn.__globals__.values()):
+            return patch_and_call(self, *args, **kwargs)
+        fn = self.rewrite()
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise interpreter.InterpreterError(repr(e)) from e
+
+    interpreter.InterpretedFunction.__call__ = call
