@@ -337,7 +337,7 @@ def plot_times(rows: list[dict], records: dict, tracks: list[str], path: Path, t
     except ImportError:
         return False
     points = sorted((r for r in rows if r["time_ms"]), key=lambda r: r["time_ms"])
-    fig, ax = plt.subplots(figsize=(8, 1.5 + 0.12 * min(len(points), 60)))
+    fig, ax = plt.subplots(figsize=(8, max(3.2, 1.2 + 0.12 * min(len(points), 60))))
     for i, row in enumerate(points):
         correct = row["status"] == "PASS"
         ax.errorbar([row["time_ms"]], [i], xerr=[row["time_std_ms"] or 0], fmt="o", ms=5, capsize=2,
@@ -363,6 +363,7 @@ def plot_times(rows: list[dict], records: dict, tracks: list[str], path: Path, t
     ax.set_xlim(low, high * 1.6)  # room for the names of the slowest
     ax.set_ylim(-1, max(len(points), 1))
     ax.set_yticks([])
+    ax.set_ylabel("submissions, fastest lowest", fontsize=8)
     ax.set_xlabel("time of one transcription (ms, log scale)")
     ax.set_title(title, fontsize=9)
     ax.plot([], [], "o", color="tab:green", label="correct")

@@ -144,6 +144,7 @@ def grade(request: dict) -> dict:
     result["header"] = run_header(session)
     result["random_weights"] = session.checkpoint.random_weights
     if path == "transformers":
+        session.model = None  # one transformers model in memory at a time: the fp32 one comes next
         result["transformers_fp32"] = transformers_fp32_ids(session, args, result["e2e"])
     if request["roofline"]:
         from ..measure import roofline
