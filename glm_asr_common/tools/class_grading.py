@@ -112,17 +112,21 @@ def submission_sources(directory: Path) -> dict[str, Path]:
         if entry.is_dir():
             stem = entry.name
         elif entry.is_file() and entry.name.lower().endswith(ARCHIVE_SUFFIXES):
-            stem = re.sub(r"(\.tar\.gz|\.tgz|\.tar|\.zip)$", "", entry.name, flags=re.I)
+            stem = entry.name[:-len(next(s for s in ARCHIVE_SUFFIXES if entry.name.lower().endswith(s)))]
         else:
             continue
         name = re.sub(r"[^A-Za-z0-9._-]", "_", stem)
+        if name.startswith("baseline-"):
+            raise UserError(f"{entry.name} in {directory}: names starting with baseline- are the grader's; rename it")
         if name in sources:
             raise UserError(f"{sources[name].name} and {entry.name} in {directory} are both student {name}; rename one")
         sources[name] = entry
     return sources
 
 
-def _kept(relative: str) -> bool:
+def is_source_file(relative: str) -> bool:
+    """Whether a file is part of a folder's source: not a cache, a compiled file, or a hidden one (version
+    control, editors, macOS archive metadata)."""
     parts = PurePosixPath(relative).parts
     return not any(p.startswith(".") or p in ("__pycache__", "__MACOSX") for p in parts) and not relative.endswith(".pyc")
 
@@ -137,7 +141,7 @@ def read_submission(source: Path) -> dict[str, bytes]:
         path = PurePosixPath(relative)
         if path.is_absolute() or ".." in path.parts:
             raise SubmissionProblem(f"{source.name}: a path that leaves the folder ({relative})")
-        if _kept(relative):
+        if is_source_file(relative):
             data = read()
             total += len(data)
             if total > MAX_SUBMISSION_BYTES:
@@ -276,7 +280,7 @@ def judged_files(clip: Path, model_dir: Path | None) -> list[str]:
     files += sorted((REPO_ROOT / "glm_asr_common").rglob("*.py"))
     for track in TRACKS:
         files += sorted(p for p in (REPO_ROOT / f"glm_asr_{track}_example").rglob("*")
-                        if p.is_file() and _kept(p.relative_to(REPO_ROOT).as_posix()))
+                        if p.is_file() and is_source_file(p.relative_to(REPO_ROOT).as_posix()))
     return [str(p.resolve()) for p in files]
 
 
@@ -648,7 +652,8 @@ def gpu_slots(requested: str | None, device: str) -> list[str | None]:
     import torch
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = [d.strip() for d in visible.split(",") if d.strip()] if visible else [str(i) for i in range(torch.cuda.device_count())]
+    ids = ([d.strip() for d in visible.split(",") if d.strip()] if visible
+           else [str(i) for i in range(torch.cuda.device_count())])
     if requested in (None, "all"):
         return ids if requested == "all" else ids[:1]
     if not requested.isdigit() or int(requested) < 1:
