@@ -83,7 +83,8 @@ def test_seven_submissions_give_seven_rows(graded):
     assert rows["sleeper"]["note"] == f"stopped after {LIMIT_S} s (--time-limit)"
 
     chatty = rows["chatty"]
-    assert chatty["note"].startswith("printed 5.") and "its log keeps the first 256 kB and the last 64 kB" in chatty["note"]
+    assert chatty["note"].startswith("printed 5.") and "its log keeps the first 256 kB and the last 64 kB" in \
+        chatty["note"]
     assert (out / chatty["log"]).stat().st_size < 330_000
 
 

@@ -212,7 +212,8 @@ def progress_line(plan, store, record: dict) -> str:
     row = student_row(plan, plan.task(record["task"]), load_records(plan, store))
     said = f", kernels {row['kernels_passed']}" if row["kernels_passed"] else ""
     said += f", {row['time_ms']:.1f} ms" if row["time_ms"] else ""
-    return f"{row['student']}: {row['status']}{said} ({record['seconds']:.0f} s){'; ' + row['note'] if row['note'] else ''}"
+    note = f"; {row['note']}" if row["note"] else ""
+    return f"{row['student']}: {row['status']}{said} ({record['seconds']:.0f} s){note}"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -228,8 +229,9 @@ def e2e_rows(plan, records: dict, task, worker: dict) -> list[dict]:
         what = f"{task.name} (course path)" if e2e["runs_ms"] else \
             f"{task.name} (course path; one check run, not timed: a case did not pass)"
         rows.append(compare_report.e2e_row("student", what, e2e["runs_ms"] or [e2e["check_ms"]], e2e["token_ids"]))
-    for label, name, what in (("course baseline", f"baseline-{task.track}-course", f"glm_asr_{task.track}_example (course path)"),
-                              ("fast path", f"baseline-{task.track}-fast", f"glm_asr_{task.track}_example (fast path)"),
+    example = f"glm_asr_{task.track}_example"
+    for label, name, what in (("course baseline", f"baseline-{task.track}-course", f"{example} (course path)"),
+                              ("fast path", f"baseline-{task.track}-fast", f"{example} (fast path)"),
                               ("transformers", "baseline-transformers", "GlmAsrForConditionalGeneration (sdpa)")):
         baseline = worker_of(records, name)
         if baseline and timed(baseline["e2e"]):
@@ -380,10 +382,12 @@ def _baseline_line(records: dict, tracks: list[str]) -> str:
     for track in tracks:
         for label, path in (("course", "course"), ("fast", "fast")):
             measured = timed((worker_of(records, f"baseline-{track}-{path}") or {}).get("e2e"))
-            parts.append(f"{track} {label} path " + (f"{measured[0]:.1f} ± {measured[1]:.1f} ms" if measured else "not run"))
+            said = f"{measured[0]:.1f} ± {measured[1]:.1f} ms" if measured else "not run"
+            parts.append(f"{track} {label} path {said}")
         course = worker_of(records, f"baseline-{track}-course")
-        if course and course["e2e"]["status"] == "RUN" and floor_of(records, track, len(course["e2e"]["token_ids"])):
-            parts.append(f"its roofline floor {floor_of(records, track, len(course['e2e']['token_ids']))['floor_ms']:.3g} ms")
+        floor = course and course["e2e"]["status"] == "RUN" and floor_of(records, track, len(course["e2e"]["token_ids"]))
+        if floor:
+            parts.append(f"its roofline floor {floor['floor_ms']:.3g} ms")
     transformers = worker_of(records, "baseline-transformers")
     measured = timed((transformers or {}).get("e2e"))
     parts.append(f"transformers {measured[0]:.1f} ms" if measured else "transformers not run")
@@ -400,10 +404,10 @@ def markdown(plan, rows: list[dict], records: dict, rates: list[dict], tracks: l
     faster = sum(r["correct_and_faster"] for r in rows)
     lines = [f"# Grades: {Path(plan.submissions_dir).name}", ""]
     if header:
-        lines += [f"{header['date']} · {header['device']} · precision {header['precision']} ({header['precision_description']})"
-                  f" · {header['model']} · {header['audio_seconds']:.1f} s of audio"
-                  + (f" · {header['cpu_defaults']}" if header["cpu_defaults"] else "")
-                  + f" · cases: {'every case of the case table' if plan.cases is None else 'only ' + ', '.join(plan.cases)}", ""]
+        cases = "every case of the case table" if plan.cases is None else "only " + ", ".join(plan.cases)
+        lines += [f"{header['date']} · {header['device']} · precision {header['precision']} "
+                  f"({header['precision_description']}) · {header['model']} · {header['audio_seconds']:.1f} s of audio"
+                  + (f" · {header['cpu_defaults']}" if header["cpu_defaults"] else "") + f" · cases: {cases}", ""]
     else:
         lines += ["**The course baseline has no result: no student could be compared with it (see logs/).**", ""]
     if len(devices) > 1:
@@ -415,14 +419,15 @@ def markdown(plan, rows: list[dict], records: dict, rates: list[dict], tracks: l
               "| student | status | kernels | ids = course | ids = transformers | time (ms) | vs course | floor share "
               "| note | report |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        time_cell = "" if row["time_ms"] is None else f"{row['time_ms']:.1f} ± {row['time_std_ms']:.1f} ({row['timed_runs']})"
+        time_cell = ("" if row["time_ms"] is None
+                     else f"{row['time_ms']:.1f} ± {row['time_std_ms']:.1f} ({row['timed_runs']})")
         speed = "" if row["speedup_vs_course"] is None else f"{row['speedup_vs_course']:.2f}x"
         floor = "" if row["floor_share"] is None else f"{row['floor_share'] * 100:.2g} %"
         report = f"[report]({row['report']})" if row["report"] else ""
         note = row["note"].replace("|", "\\|")
-        lines.append(f"| {row['student']} | {row['status']} | {row['kernels_passed']} | {_yes(row['ids_equal_course_baseline'])} "
-                     f"| {_yes(row['ids_equal_transformers_fp32'])} | {time_cell} | {speed} | {floor} | {note} "
-                     f"| {report} |")
+        lines.append(f"| {row['student']} | {row['status']} | {row['kernels_passed']} "
+                     f"| {_yes(row['ids_equal_course_baseline'])} | {_yes(row['ids_equal_transformers_fp32'])} "
+                     f"| {time_cell} | {speed} | {floor} | {note} | {report} |")
     lines += ["", "## Kernels the class found hard", "",
               "| kernel | pass | fail | TODO | no result | not run | pass rate | case failed most often |",
               "|---|---|---|---|---|---|---|---|"]

@@ -62,11 +62,13 @@ def time_transcriptions(generate, device: str, check_ms: float) -> tuple[list[fl
     l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (64 << 20)
     flush = torch.empty(2 * l2_bytes, dtype=torch.uint8, device="cuda")
     runs, started = [], time.perf_counter()
-    while True:
+    while len(runs) < MAX_RUNS:
         flush.zero_()
         runs.append(time_call(generate, "cuda") * 1000)
-        known = len(runs) >= MIN_RUNS and statistics.stdev(runs) / len(runs) ** 0.5 <= TARGET_RELATIVE_ERROR * statistics.fmean(runs)
-        if len(runs) >= MAX_RUNS or (len(runs) >= MIN_RUNS and (known or time.perf_counter() - started > TIME_CAP_S)):
+        if len(runs) < MIN_RUNS:
+            continue
+        standard_error = statistics.stdev(runs) / len(runs) ** 0.5
+        if standard_error <= TARGET_RELATIVE_ERROR * statistics.fmean(runs) or time.perf_counter() - started > TIME_CAP_S:
             break
     return runs, (f"CUDA events, L2 flushed before each run, 1 warm-up, {len(runs)} runs (until the standard error "
                   f"is under {TARGET_RELATIVE_ERROR:.0%} of the mean, or {TIME_CAP_S:g} s of runs)")
