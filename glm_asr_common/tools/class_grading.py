@@ -513,8 +513,9 @@ def gpu_health(gpu: str | None) -> str:
 
 def worker_request(plan: Plan, task: Task, root: Path | None) -> dict:
     folder = f"glm_asr_{task.track}_{'submission' if root else 'example'}"
-    return {"folder": folder, "root": str(root) if root else None, "path": task.path, "cases": plan.cases,
-            "benchmark_argv": plan.benchmark_argv, "roofline": task.name == f"baseline-{task.track}-course"}
+    return {"folder": folder, "track": task.track, "root": str(root) if root else None, "path": task.path,
+            "cases": plan.cases, "benchmark_argv": plan.benchmark_argv,
+            "roofline": task.name == f"baseline-{task.track}-course"}
 
 
 def grade_task(plan: Plan, store: Store, task: Task, gpu: str | None) -> dict:

@@ -94,6 +94,8 @@ def timed(e2e: dict | None) -> tuple[float, float, int] | None:
 
 
 def course_kernels(track: str) -> tuple[str, ...]:
+    """The course kernels of a track, as the course's example lists them (not as a student's copy does:
+    a student could shorten the list)."""
     import importlib
 
     return importlib.import_module(f"glm_asr_{track}_example").STUDENT_KERNELS

@@ -9,10 +9,11 @@ student code is imported, standard output is moved onto standard error, so that 
 student's code prints goes to that log; the one JSON result goes to the original standard output at
 the end. A worker that dies returns nothing, which the grader reads as a CRASH.
 
-The request (one JSON argument) names the track folder and where it lies (``root``: the scratch copy;
-None for the course's example, the baselines), the path to run ("course", "fast", or "transformers"
-for transformers' model), the benchmark options every submission shares (the clip, checkpoint,
-precision, device and token limits, parsed as benchmark.sh parses them), and the case subset.
+The request (one JSON argument) names the track folder, its track, and where it lies (``root``: the
+scratch copy; None for the course's example, the baselines), the path to run ("course", "fast", or
+"transformers" for transformers' model), the benchmark options every submission shares (the clip,
+checkpoint, precision, device and token limits, parsed as benchmark.sh parses them), and the case
+subset.
 
 What it does, in this order, so that correctness is known before anything is timed:
 
@@ -74,20 +75,13 @@ def time_transcriptions(generate, device: str, check_ms: float) -> tuple[list[fl
                   f"is under {TARGET_RELATIVE_ERROR:.0%} of the mean, or {TIME_CAP_S:g} s of runs)")
 
 
-def course_kernels(folder: str) -> tuple[str, ...]:
-    """The course kernels of the folder's track, as the course's example lists them."""
-    import importlib
-
-    language = "cutile" if "cutile" in folder else "triton"
-    return importlib.import_module(f"glm_asr_{language}_example").STUDENT_KERNELS
-
-
-def run_cases(folder: str, subset: list[str] | None) -> list[dict]:
+def run_cases(folder: str, track_name: str, subset: list[str] | None) -> list[dict]:
     from ..course import self_check
+    from .class_report import course_kernels
     from .compare_report import kernel_rows
 
     track = self_check.load_track(folder)
-    track.student_kernels = course_kernels(folder)
+    track.student_kernels = course_kernels(track_name)
     return kernel_rows(track, subset)
 
 
@@ -139,7 +133,7 @@ def grade(request: dict) -> dict:
         add_track_root(request["root"])
     result = {"rows": None, "floors": None, "peaks": None}
     if path == "course":
-        result["rows"] = run_cases(folder, request["cases"])
+        result["rows"] = run_cases(folder, request["track"], request["cases"])
     session = prepare_session(args, folder)
     passed = all(row["status"] == "PASS" for row in result["rows"] or [])
     result["e2e"] = check_and_time(session, args, path, time_it=passed)
