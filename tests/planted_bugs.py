@@ -6,7 +6,9 @@ A bug that no CPU check can catch carries ``escapes_on_cpu``: the reason. The te
 escape (so that the list stays true) and README lists it.
 """
 
+import ast
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,20 @@ class Bug:
     @property
     def id(self) -> str:
         return f"{self.kernel}: {self.what}"
+
+    def plant(self, package_dir: Path):
+        """Apply the edits to the kernel in a copy of a track (its own source only: its lines, found by
+        the parser); each must be found exactly once."""
+        path = Path(package_dir) / f"{self.file}.py"
+        text = path.read_text()
+        kernel = next(node for node in ast.parse(text).body if getattr(node, "name", None) == self.kernel)
+        lines = text.splitlines(keepends=True)
+        start, end = kernel.lineno - 1, kernel.end_lineno
+        source = "".join(lines[start:end])
+        for old, new in self.edits:
+            assert source.count(old) == 1, f"{self.id}: {old!r} occurs {source.count(old)} times in {self.kernel}"
+            source = source.replace(old, new)
+        path.write_text("".join(lines[:start]) + source + "".join(lines[end:]))
 
 
 def bug(kernel, file, what, *edits, escapes_on_cpu=""):

@@ -9,7 +9,6 @@ escapes`` runs just those there). One bug per track also runs as the student wou
 which must exit 1 naming the failure.
 """
 
-import ast
 import importlib
 import os
 import shutil
@@ -46,17 +45,7 @@ def plant(root: Path, track: str, index: int, bug) -> str:
     name = f"planted_{track}_{index}"
     target = root / name
     shutil.copytree(root / f"planted_{track}", target)
-    path = target / f"{bug.file}.py"
-    text = path.read_text()
-    # The edits apply to the kernel's own source only: its lines, found by the parser.
-    kernel = next(node for node in ast.parse(text).body if getattr(node, "name", None) == bug.kernel)
-    lines = text.splitlines(keepends=True)
-    start, end = kernel.lineno - 1, kernel.end_lineno
-    source = "".join(lines[start:end])
-    for old, new in bug.edits:
-        assert source.count(old) == 1, f"{bug.id}: {old!r} occurs {source.count(old)} times in {bug.kernel}"
-        source = source.replace(old, new)
-    path.write_text("".join(lines[:start]) + source + "".join(lines[end:]))
+    bug.plant(target)
     importlib.invalidate_caches()
     return name
 

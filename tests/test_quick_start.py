@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from glm_asr_common.model.checkpoint import default_config_dict
-from glm_asr_common.tools.command_line import INTERPRETED_MAX_PARAMETERS, _refuse_interpreted_full_size, parameter_count
+from glm_asr_common.tools.command_line import INTERPRETED_MAX_PARAMETERS, refuse_interpreted_full_size, parameter_count
 from glm_asr_common.model.config import ModelConfig
 from glm_asr_common.errors import UserError
 from glm_asr_common.tools.tracks import open_checkpoint
@@ -79,6 +79,6 @@ def test_only_interpreted_full_size_runs_are_refused(folder, path, model, random
     args = argparse.Namespace(model=str(tiny_ckpt) if model == "TINY" else model, random_weights=random)
     if refused:
         with pytest.raises(UserError, match="takes hours a transcription"):
-            _refuse_interpreted_full_size(args, folder, path)
+            refuse_interpreted_full_size(args, folder, path)
     else:
-        _refuse_interpreted_full_size(args, folder, path)
+        refuse_interpreted_full_size(args, folder, path)

@@ -1,5 +1,6 @@
 """The cluster tools on a real Slurm: show_tunnel.sh with a running job, utils/slurm/*.sbatch run as
-jobs, and glm_asr_common.tools.slurm's job array with its collect job.
+jobs, glm_asr_common.tools.slurm's job array with its collect job, and the class grader's array
+(./benchmark.sh --grade --slurm).
 
 They need a Slurm whose node answers, with a GPU gres: `bash utils/ci/start_slurm.sh` (as root)
 starts a single-node one with a fake GPU on this machine, and .ci/run does so in CI. Without it, and
@@ -7,6 +8,7 @@ on any other Slurm (a real cluster's, where they would queue for its GPUs), this
 why. Each test cancels the jobs it submitted, finished or not.
 """
 
+import csv
 import json
 import os
 import pwd
@@ -120,7 +122,7 @@ def test_wait_for_jobs_gives_up_after_its_timeout(sleeping_job):
 
 
 def test_benchmark_sbatch_logs_to_logs_folder(submitted, tiny_ckpt, tmp_path):
-    # A copy of the test clip has no expected text: the tiny checkpoint's nonsense is NOT CHECKED, exit 0.
+    # The tiny checkpoint is of random weights: NOT CHECKED, its ids held to transformers' (the CPU runs fp32).
     clip = tmp_path / "clip.wav"
     shutil.copy(REPO / "test_audio.wav", clip)
     # GLM_ASR_VENV: the job's utils/setup-triton.sh finds this environment ready instead of making .venv.
@@ -135,7 +137,7 @@ def test_benchmark_sbatch_logs_to_logs_folder(submitted, tiny_ckpt, tmp_path):
         log.unlink(missing_ok=True)
     assert f"Job {job_id} on " in text and ": ./benchmark.sh glm_asr_scratch --device cpu" in text
     assert "Ran: glm_asr_scratch, course path, precision fp32, cpu" in text
-    assert "Status: NOT CHECKED (no expected transcription given)" in text
+    assert "Status: NOT CHECKED (random weights)\nids equal transformers' fp32: yes (3 tokens)" in text
 
 
 def _listens_on_all_addresses(port):
@@ -212,3 +214,41 @@ def test_sbatch_refusal_is_a_user_error(tmp_path):
     script = slurm.write_array_script(tmp_path / "array.sbatch", [["true"]], log_dir=tmp_path, time_limit="soon")
     with pytest.raises(UserError, match=r"sbatch refused .*array\.sbatch: sbatch: error: Invalid --time specification"):
         slurm.submit(script)
+
+
+def test_class_grading_as_a_job_array(submitted, tiny_ckpt, clips, tmp_path):
+    """./benchmark.sh --grade --slurm: one array task per submission and baseline, then the collect job
+    builds the table; grading the same class locally afterwards runs nothing (the results' keys match)
+    and builds the same table. (The statuses of every kind of submission: tests/test_class_grading.py.)"""
+    sys.path.insert(0, str(REPO / "utils"))
+    import synthetic_class
+
+    submissions, out = tmp_path / "submissions", tmp_path / "grading"
+    synthetic_class.main([str(submissions), "--track", "triton", "--kinds", "correct,wrong"])
+    command = [str(REPO / "benchmark.sh"), "--grade", str(submissions), "--out", str(out), "--device", "cpu",
+               "--model", str(tiny_ckpt), "--audio", str(clips["short"]), "--max-new-tokens", "2",
+               "--cases", "gelu_kernel", "--time-limit", "300"]
+    result = subprocess.run([*command, "--slurm", "--wait", f"--slurm-arg={ONE_CPU}"], capture_output=True,
+                            text=True, timeout=900)
+    jobs = re.search(r"Submitted job array (\d+) .* collect job (\d+) after it", result.stdout)
+    assert jobs, result.stdout + result.stderr
+    submitted += jobs.groups()
+    assert result.returncode == 0, result.stdout + result.stderr
+    array_id = jobs.group(1)
+    states = re.search(r"Jobs ended: (.*)", result.stdout).group(1)
+    assert states.count("COMPLETED") == 6, states  # five tasks and the collect job
+    assert "2 students: 1 PASS, 1 FAIL" in result.stdout  # the collect job's log, printed by --wait
+    script = (out / "slurm" / "array.sbatch").read_text()
+    assert "#SBATCH --array=0-4" in script and "--task correct" in script and "--gres" not in script
+    for task in range(5):
+        assert (out / "slurm" / "logs" / f"glm-asr-grade-{array_id}_{task}.out").is_file()
+
+    with open(out / "grades.csv", newline="") as f:
+        rows = {row["student"]: row for row in csv.DictReader(f)}
+    assert {name: row["status"] for name, row in rows.items()} == {"correct": "PASS", "wrong": "FAIL"}
+    assert rows["correct"]["ids_equal_transformers_fp32"] == "yes" and float(rows["correct"]["time_ms"]) > 0
+    table = (out / "grades.md").read_text()
+
+    local = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert local.returncode == 0 and ": 0 to run, 5 unchanged since their result" in local.stdout, local.stdout
+    assert (out / "grades.md").read_text() == table

@@ -15,9 +15,12 @@
 #             the bad-input cases of the command line
 #   detailed  benchmark_detailed.py (fast path vs course path, bf16, with plots; the attention and linear
 #             micro-benchmarks) and the grader's report: ./benchmark.sh on the filled Triton template with --compare
+#   grade     the class grader (./benchmark.sh --grade) on a synthetic class of each track
+#             (utils/synthetic_class.py: correct, a subtly wrong kernel, a TODO, a crash at import, one
+#             printing megabytes): GPU workers, CUDA-event timing, the GPU health check, the tables
 #   tune      utils/tune_random_init.py (the scales of the random weights)
 #   sweep     utils/sweep_linear.py (the fast path's GEMM tile table)
-#   all       bench parity clips kernels detailed
+#   all       bench parity clips kernels detailed grade
 #
 # Each step has its own time limit and a failed step does not stop the next. Everything lands in the
 # output folder: log.txt, bench.jsonl, parity.jsonl, clips.jsonl, summary.md and detailed.tgz (JSON,
@@ -30,9 +33,9 @@ OUT_DIR="${OUT:-/tmp/gpu_check}"
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR=$2; shift 2 ;;
-        all) PARTS+=(bench parity clips kernels detailed); shift ;;
-        bench|parity|clips|kernels|detailed|tune|sweep) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity clips kernels detailed tune sweep all" >&2
+        all) PARTS+=(bench parity clips kernels detailed grade); shift ;;
+        bench|parity|clips|kernels|detailed|grade|tune|sweep) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity clips kernels detailed grade tune sweep all" >&2
            exit 2 ;;
     esac
 done
@@ -148,6 +151,24 @@ for part in "${PARTS[@]}"; do
             step "compare report (filled template)" 300 ./benchmark.sh glm_asr_triton_filled --random-weights --precision bf16 \
                 --min-new-tokens 13 --max-new-tokens 13 --runs 5 --compare --report "$DETAILED/report"
             tar czf "$OUT_DIR/detailed.tgz" -C "$DETAILED" .
+            ;;
+        grade)
+            # Quick (under 8 minutes on one GPU): the tiny checkpoint in IEEE fp32 (ids held to
+            # transformers'), 8 tokens, the cases of the two kernels the class gets wrong (model-size
+            # ones included). Each worker compiles its kernels afresh (its own Triton cache): that is
+            # most of its time.
+            python3 -m glm_asr_common.reference.tiny_checkpoint /tmp/gpu_check_tiny >/dev/null
+            for track in triton $(has_cutile && echo cutile); do
+                class=/tmp/gpu_check_class/$track
+                rm -rf "$class"
+                python3 utils/synthetic_class.py "$class/submissions" --track "$track" \
+                    --kinds correct,wrong,todo,crash,chatty >/dev/null
+                step "grade a synthetic $track class" 230 ./benchmark.sh --grade "$class/submissions" \
+                    --out "$class/grading" --model /tmp/gpu_check_tiny --precision fp32 --max-new-tokens 8 \
+                    --cases gelu_kernel,silu_kernel --time-limit 200
+                cp "$class/grading/grades.md" "$OUT_DIR/grades_$track.md" 2>/dev/null
+                cp "$class/grading/grades.csv" "$OUT_DIR/grades_$track.csv" 2>/dev/null
+            done
             ;;
         tune)
             step "tune random init" 560 python3 utils/tune_random_init.py --json "$OUT_DIR/tune.json"

@@ -76,6 +76,22 @@ def time_repeats(fn, device: str, *, warmup: int, repeats: int, flush: bool = Fa
     return times
 
 
+def time_until_stable(fn, device: str, *, min_runs: int, max_runs: int, relative_error: float,
+                      time_cap_s: float) -> list[float]:
+    """ms of timed calls of ``fn`` (on a GPU each after an L2 flush), repeated until the standard
+    error of their mean is under ``relative_error`` of it (after at least ``min_runs``), or the calls
+    took ``time_cap_s`` in all, or ``max_runs`` ran: as many runs as the spread needs, within a cap."""
+    times, started = [], time.perf_counter()
+    while len(times) < max_runs:
+        times += time_repeats(fn, device, warmup=0, repeats=1, flush=True)
+        if len(times) < min_runs:
+            continue
+        standard_error = statistics.stdev(times) / len(times) ** 0.5
+        if standard_error <= relative_error * statistics.fmean(times) or time.perf_counter() - started > time_cap_s:
+            break
+    return times
+
+
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     """(q1, median, q3); one value gives it three times."""
     if len(values) < 2:

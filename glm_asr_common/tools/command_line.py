@@ -199,7 +199,7 @@ def naming_the_route(folder: str, device: str):
         raise HubUnavailable(e.model, e.reason, route_without_hub(folder, device)) from None
 
 
-def _refuse_interpreted_full_size(args, folder: str, path: str):
+def refuse_interpreted_full_size(args, folder: str, path: str):
     """A one-line refusal, before any weight is read or made, of a CPU run that would take hours."""
     from ..model.config import ModelConfig
     from ..reference.hf_model import raw_config
@@ -276,7 +276,7 @@ def prepare_session(args, folder: str, log=print) -> Session:
     use_device(device)  # before anything imports Triton (transformers' processor can)
     if device == "cpu":
         with naming_the_route(name, device):
-            _refuse_interpreted_full_size(args, name, path)
+            refuse_interpreted_full_size(args, name, path)
 
     if cpu_defaults:
         log(cpu_defaults)

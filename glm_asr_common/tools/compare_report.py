@@ -63,14 +63,15 @@ def solution_folder(folder: str, requested: str | None) -> str:
     raise UserError(f"--compare: no solution folder for {folder}; name one with --solution FOLDER")
 
 
-def kernel_rows(folder: str) -> list[dict]:
-    """Every case of the folder's course kernels (glm_asr_common.course.kernel_cases), run quietly as the
-    kernel files' self-checks run them; one dict per row, with its file."""
-    track = self_check.load_track(folder)
+def kernel_rows(folder: str | self_check.Track, kernels=None) -> list[dict]:
+    """Every case of the folder's course kernels (glm_asr_common.course.kernel_cases), or of ``kernels``
+    only, run quietly as the kernel files' self-checks run them; one dict per row, with its file.
+    ``folder``: a track folder's name, or its self_check.Track."""
+    track = self_check.load_track(folder) if isinstance(folder, str) else folder
     rows = []
     for stem in ("layers", "attention", "rope"):
         with self_check.recording_checks(), contextlib.redirect_stdout(io.StringIO()):
-            check = self_check.run_cases(track, stem)
+            check = self_check.run_cases(track, stem, kernels)
         rows += [dict(asdict(row), file=f"{stem}.py") for row in check.rows]
     return rows
 
@@ -163,31 +164,53 @@ def compare(session, args, student: dict, log=print) -> dict:
     rows = [e2e_row("student", f"{folder} ({session.path} path)", student["runs_ms"], student["token_ids"])
             ] if student["runs_ms"] else []
     rows += measure_others(session, args, solution, log)
-    reference = next((r for r in rows if r["label"] == "transformers"),
-                     next((r for r in rows if r["label"] == "course baseline"), None))
     peaks = roofline.device_peaks(session.device, log=lambda *_: None)
     for row in rows:
-        floor = roofline_floor(session, row["tokens"], peaks)
-        row.update(floor, ids_equal_reference=None if reference is None else row["token_ids"] == reference["token_ids"],
-                   tflops=floor["flops"] / (row["mean_ms"] / 1000) / 1e12,
-                   gbps=floor["bytes"] / (row["mean_ms"] / 1000) / 1e9,
-                   floor_fraction=floor["floor_ms"] / row["mean_ms"])
-    report = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"), "folder": folder, "path": session.path,
-        "solution": solution, "device": roofline.device_name(session.device), "precision": session.precision.name,
-        "precision_description": session.precision_description, "model": session.checkpoint.description,
-        "audio_seconds": session.audio_seconds, "cpu_defaults": session.cpu_defaults, "status": student["status"],
-        "verdict": student["verdict"], "transcription": student["transcription"],
-        "unwritten_kernel": student.get("unwritten_kernel"),
+        add_floor(row, roofline_floor(session, row["tokens"], peaks))
+    header = dict(run_header(session), folder=folder, solution=solution, substituted_kernels=todo_kernels.substituted())
+    return assemble_report(header, student, kernels, pair_kernel_rows(student_kernels, solution_kernels), rows,
+                           peaks_summary(peaks, session.precision.name))
+
+
+def run_header(session) -> dict:
+    """What a report says of the run it measured: when, where, path, precision, model and audio."""
+    return {"date": datetime.datetime.now().isoformat(timespec="seconds"), "path": session.path,
+            "device": roofline.device_name(session.device), "precision": session.precision.name,
+            "precision_description": session.precision_description, "model": session.checkpoint.description,
+            "audio_seconds": session.audio_seconds, "cpu_defaults": session.cpu_defaults}
+
+
+def add_floor(row: dict, floor: dict):
+    """An end-to-end row with its roofline floor (roofline_floor's dict) and the throughput it reached."""
+    seconds = row["mean_ms"] / 1000
+    row.update(floor, tflops=floor["flops"] / seconds / 1e12, gbps=floor["bytes"] / seconds / 1e9,
+               floor_fraction=floor["floor_ms"] / row["mean_ms"])
+
+
+def peaks_summary(peaks, precision: str) -> dict:
+    """The device's measured peaks as a report shows them, the matmul peak the one of ``precision``."""
+    return {"copy_gbps": peaks.bandwidth / 1e9, "matmul_tflops": peaks.flops_for(precision) / 1e12,
+            "description": peaks.describe()}
+
+
+def assemble_report(header: dict, student: dict, student_kernels, kernels: list[dict], rows: list[dict],
+                    peaks: dict) -> dict:
+    """The report's dict from what was measured, wherever it was: ``header`` (run_header's, with folder,
+    solution and substituted_kernels), the student's result, the names of the course kernels, the
+    kernel rows side by side (pair_kernel_rows) and the end-to-end rows with their floors (add_floor).
+    The ids of every row are compared with transformers' row, else the course baseline's."""
+    reference = next((r for r in rows if r["label"] == "transformers"),
+                     next((r for r in rows if r["label"] == "course baseline"), None))
+    for row in rows:
+        row["ids_equal_reference"] = None if reference is None else row["token_ids"] == reference["token_ids"]
+    return {
+        **header, "status": student["status"], "verdict": student["verdict"],
+        "transcription": student["transcription"], "unwritten_kernel": student.get("unwritten_kernel"),
         "ids_equal_transformers_fp32": student.get("ids_equal_transformers_fp32"),
         "first_difference_at_token": student.get("first_difference_at_token"),
         "reference_label": None if reference is None else reference["label"],
-        "substituted_kernels": todo_kernels.substituted(), "student_kernels": list(kernels),
-        "kernels": pair_kernel_rows(student_kernels, solution_kernels), "end_to_end": rows,
-        "peaks": {"copy_gbps": peaks.bandwidth / 1e9, "matmul_tflops": peaks.flops_for(session.precision.name) / 1e12,
-                  "description": peaks.describe()},
+        "student_kernels": list(student_kernels), "kernels": kernels, "end_to_end": rows, "peaks": peaks,
     }
-    return report
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,6 +276,9 @@ def bottlenecks(report: dict) -> list[str]:
     for r in slow:
         notes.append(f"`{r['kernel']}` ({r['shape']}) takes {r['time_ratio']:.2f}x the solution's time.")
     rows = {r["label"]: r for r in report["end_to_end"]}
+    if "student" not in rows and report["unwritten_kernel"] is None:
+        notes.append(f"No end-to-end numbers of yours: {report['verdict']}.")
+        return notes
     if "student" not in rows:
         notes.append(f"No end-to-end numbers of yours: the transcription stopped at `{report['unwritten_kernel']}`, "
                      "a TODO; write it, or stand it in with --allow-reference to time the rest.")

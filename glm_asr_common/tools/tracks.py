@@ -15,11 +15,31 @@ from ..errors import UserError
 from ..model.frontend import load_processor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Folders besides the repository's top level that hold track folders: the class grader's scratch copy
+# of one student's folder (glm_asr_common/tools/grading_worker.py) is one, added in the process that
+# grades it.
+EXTRA_TRACK_ROOTS: list[Path] = []
+
+
+def add_track_root(directory: str | Path):
+    """Make the track folders (glm_asr_*/model.py) inside ``directory`` known and importable here."""
+    directory = Path(directory).resolve()
+    if directory not in EXTRA_TRACK_ROOTS:
+        EXTRA_TRACK_ROOTS.append(directory)
+        sys.path.insert(0, str(directory))
+
+
+def track_directory(name: str) -> Path:
+    """Where the track folder ``name`` lies: the repository's top level, else an added root."""
+    for root in (REPO_ROOT, *EXTRA_TRACK_ROOTS):
+        if (root / name / "model.py").is_file():
+            return root / name
+    return REPO_ROOT / name
 
 
 def track_folders() -> list[str]:
-    """Folders at the top level that hold a model implementation (glm_asr_*/model.py)."""
-    return sorted(p.parent.name for p in REPO_ROOT.glob("glm_asr_*/model.py"))
+    """Folders that hold a model implementation (glm_asr_*/model.py): at the top level, or in an added root."""
+    return sorted({p.parent.name for root in (REPO_ROOT, *EXTRA_TRACK_ROOTS) for p in root.glob("glm_asr_*/model.py")})
 
 
 def track_name(folder: str) -> str:
@@ -41,7 +61,7 @@ PATH_MODULES = {"fast": "fast_model", "course": "model", "cupy": "cupy_model"}
 def track_paths(folder: str) -> list[str]:
     """The paths the folder implements, its default first."""
     name = track_name(folder)
-    return [path for path, module in PATH_MODULES.items() if (REPO_ROOT / name / f"{module}.py").is_file()]
+    return [path for path, module in PATH_MODULES.items() if (track_directory(name) / f"{module}.py").is_file()]
 
 
 def resolve_path(folder: str, path: str | None) -> str:

@@ -114,6 +114,16 @@ class Verdict:
         return self.ids_check.line()
 
 
+def transcript_status(text: str, expected: str | None) -> tuple[str, int, float | None]:
+    """A real checkpoint's transcript against the expected one: (status, exit code, word error rate)."""
+    if expected is None:
+        return "NOT CHECKED (no expected transcription given)", 0, None
+    wer = word_error_rate(text, expected)
+    if wer == 0.0:
+        return "PASS", 0, wer
+    return "FAIL - Transcription does not match expected", 1, wer
+
+
 def judge(session, args, ids: list[int], text: str) -> Verdict:
     """The verdict on a transcription (``ids``, decoded as ``text``) of the session's checkpoint."""
     ids_check = expected = wer = None
@@ -122,13 +132,7 @@ def judge(session, args, ids: list[int], text: str) -> Verdict:
         status, code = "NOT CHECKED (random weights)", int(ids_check.failed)
     else:
         expected = expected_text(args)
-        wer = None if expected is None else word_error_rate(text, expected)
-        if expected is None:
-            status, code = "NOT CHECKED (no expected transcription given)", 0
-        elif wer == 0.0:
-            status, code = "PASS", 0
-        else:
-            status, code = "FAIL - Transcription does not match expected", 1
+        status, code, wer = transcript_status(text, expected)
     # --allow-reference: the example's kernels stood in for unwritten ones; never a plain PASS then.
     substituted = todo_kernels.substituted()
     if substituted:

@@ -1,0 +1,222 @@
+"""The class grader, ``./benchmark.sh --grade`` (glm_asr_common/tools/class_grading.py), on a synthetic class.
+
+Seven student copies of the cuTile template (utils/synthetic_class.py): one correct, one with a subtly
+wrong kernel (GELU by the tanh approximation), one with a TODO left, one that raises at import, one
+that sleeps past --time-limit, one that prints megabytes, one that overwrites the grader's grades.csv
+and another student's result. Graded on the CPU (the cuTile emulator) with the tiny checkpoint, two new
+tokens and only the cases of the two kernels the class gets wrong (--cases; the grader's default is
+every case), they give seven rows: PASS, FAIL, TODO, CRASH, TIMEOUT, PASS with its log cut, TAMPERED
+with the overwritten files put back. A second run grades nothing (every submission hashes as before);
+a removed result is graded again alone; an interrupt stops the workers and keeps what was graded.
+The same grading as a Slurm job array: tests/test_slurm.py. Bad input: one line, exit 2, here.
+"""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from glm_asr_common.errors import run_cli
+from glm_asr_common.tools import class_grading
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "utils"))
+
+import synthetic_class  # noqa: E402
+
+LIMIT_S = 60  # a correct submission takes ~10 s here, on a loaded machine a few times that
+EXPECTED = {"correct": "PASS", "wrong": "FAIL", "todo": "TODO", "crash": "CRASH", "sleeper": "TIMEOUT",
+            "chatty": "PASS", "tamper": "TAMPERED"}
+
+
+def grade(submissions, out, tiny_ckpt, clip, *extra, timeout=900):
+    command = [str(REPO / "benchmark.sh"), "--grade", str(submissions), "--out", str(out), "--model", str(tiny_ckpt),
+               "--audio", str(clip), "--max-new-tokens", "2", "--time-limit", str(LIMIT_S),
+               "--cases", "gelu_kernel,silu_kernel", *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=out.parent)
+
+
+def table(out) -> dict[str, dict]:
+    with open(out / "grades.csv", newline="") as f:
+        return {row["student"]: row for row in csv.DictReader(f)}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, tiny_ckpt, clips):
+    root = tmp_path_factory.mktemp("class")
+    submissions, out = root / "submissions", root / "grading"
+    synthetic_class.main([str(submissions), "--track", "cutile", "--grading-dir", str(out)])
+    started = time.monotonic()
+    first = grade(submissions, out, tiny_ckpt, clips["short"])
+    return submissions, out, first, time.monotonic() - started
+
+
+def test_seven_submissions_give_seven_rows(graded):
+    _, out, result, _ = graded
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = table(out)
+    assert {name: row["status"] for name, row in rows.items()} == EXPECTED, result.stdout
+    assert "7 students: 2 PASS, 1 FAIL, 1 TODO, 1 TIMEOUT, 1 CRASH, 1 TAMPERED" in result.stdout
+
+    correct = rows["correct"]
+    assert correct["gelu_kernel"] == correct["silu_kernel"] == "PASS" and correct["rmsnorm_kernel"] == "-"
+    assert correct["kernels_passed"] == "2/2" and correct["ids_equal_course_baseline"] == "yes"
+    assert correct["ids_equal_transformers_fp32"] == "yes" and float(correct["time_ms"]) > 0
+    assert float(correct["speedup_vs_course"]) > 0 and 0 < float(correct["floor_share"]) < 1
+    report = (out / correct["report"]).read_text()
+    assert "**End to end (course path): ids equal transformers' fp32: yes (2 tokens)**" in report
+    assert "| course baseline |" in report and "| fast path |" in report and "| transformers |" in report
+
+    wrong = rows["wrong"]
+    assert wrong["gelu_kernel"].startswith("FAIL ") and wrong["silu_kernel"] == "PASS", wrong
+    assert wrong["time_ms"] == "" and "cases failed: gelu_kernel" in wrong["note"]  # nothing wrong is timed
+    todo = rows["todo"]
+    assert todo["silu_kernel"] == "TODO" and "the model run stopped at silu_kernel, a TODO" in todo["note"]
+    assert rows["crash"]["note"] == "RuntimeError: this submission raises at import"
+    assert rows["sleeper"]["note"] == f"stopped after {LIMIT_S} s (--time-limit)"
+
+    chatty = rows["chatty"]
+    assert chatty["note"].startswith("printed 5.") and "its log keeps the first 256 kB and the last 64 kB" in \
+        chatty["note"]
+    assert (out / chatty["log"]).stat().st_size < 330_000
+
+
+def test_a_submission_cannot_write_the_grades_or_another_result(graded):
+    _, out, _, _ = graded
+    tamper = table(out)["tamper"]
+    assert tamper["note"] == f"the worker changed {out / 'grades.csv'}, {out / 'results/correct.json'}"
+    # The overwritten result was put back, sealed as the grader wrote it; the table is the grader's.
+    stored = json.loads((out / "results" / "correct.json").read_text())
+    assert stored["status"] == "DONE" and stored["task"] == "correct"
+    assert (out / "grades.csv").read_text().startswith("student,track,status,kernels_passed,")
+    # Each result records the fingerprint of what it was judged with (clip, checkpoint, case table, ...).
+    plan = json.loads((out / "plan.json").read_text())
+    assert stored["fingerprint"] == plan["fingerprint"]
+    assert any(name.endswith("glm_asr_common/course/kernel_cases.py") for name in plan["judged_files"])
+
+
+def test_class_tables(graded):
+    _, out, _, _ = graded
+    markdown = (out / "grades.md").read_text()
+    assert "**7 students: 2 correct, " in markdown
+    assert "| student | status | kernels | ids = course | ids = transformers | time (ms) | vs course |" in markdown
+    hard = markdown.split("## Kernels the class found hard")[1].split("## Times")[0]
+    # Only the kernels whose cases ran, the one a student got wrong first, with the case it failed.
+    assert hard.index("`gelu_kernel`") < hard.index("`silu_kernel`") and "`rmsnorm_kernel`" not in hard
+    assert "erf, not the tanh approximation (1)" in hard
+    assert (out / "times.png").read_bytes()[:4] == b"\x89PNG"
+    assert "![times](times.png)" in markdown
+
+
+def test_second_run_skips_every_submission_by_hash(graded, tiny_ckpt, clips):
+    submissions, out, _, first_seconds = graded
+    before = (out / "results" / "correct.json").read_text()
+    started = time.monotonic()
+    again = grade(submissions, out, tiny_ckpt, clips["short"])
+    assert again.returncode == 0, again.stderr
+    assert "Grading 7 submissions" in again.stdout and ": 0 to run, 10 unchanged since their result" in again.stdout
+    assert time.monotonic() - started < first_seconds / 3
+    assert (out / "results" / "correct.json").read_text() == before
+    assert {name: row["status"] for name, row in table(out).items()} == EXPECTED
+
+
+def test_a_changed_or_missing_result_is_graded_again_alone(graded, tiny_ckpt, clips):
+    submissions, out, _, _ = graded
+    (out / "results" / "crash.json").unlink()
+    rerun = grade(submissions, out, tiny_ckpt, clips["short"])
+    assert ": 1 to run, 9 unchanged" in rerun.stdout and "[1/1] crash: CRASH" in rerun.stdout, rerun.stdout
+
+
+def test_an_interrupt_stops_the_workers_and_keeps_the_results(graded, tiny_ckpt, clips):
+    submissions, out, _, _ = graded
+    before = (out / "results" / "sleeper.json").read_text()
+    command = [str(REPO / "benchmark.sh"), "--grade", str(submissions), "--out", str(out), "--model", str(tiny_ckpt),
+               "--audio", str(clips["short"]), "--max-new-tokens", "2", "--time-limit", str(LIMIT_S),
+               "--cases", "gelu_kernel,silu_kernel", "--only", "sleeper", "--force"]
+    grader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (out / "scratch" / "sleeper" / "copy").is_dir():
+        assert time.monotonic() < deadline and grader.poll() is None, "the sleeper's worker never started"
+        time.sleep(0.2)
+    time.sleep(2)
+    grader.send_signal(signal.SIGINT)
+    stdout, stderr = grader.communicate(timeout=60)
+    assert grader.returncode == 130, stdout + stderr
+    assert "interrupted: the results so far are kept in" in stderr and "Traceback" not in stderr
+    assert (out / "results" / "sleeper.json").read_text() == before
+    workers = subprocess.run(["pgrep", "-f", "glm_asr_common.tools.grading_worker.*sleeper"], capture_output=True)
+    assert workers.returncode == 1, "a worker outlived the interrupted grader"
+
+
+def test_an_archive_is_the_same_submission_as_its_folder(graded, tmp_path):
+    submissions, _, _, _ = graded
+    archive = tmp_path / "correct.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for path in sorted((submissions / "correct").rglob("*")):
+            if path.is_file():
+                z.write(path, f"glm_asr_cutile_template/{path.relative_to(submissions / 'correct')}")
+    folder = class_grading.track_package(class_grading.read_submission(submissions / "correct"), "correct", None)
+    zipped = class_grading.track_package(class_grading.read_submission(archive), "correct", None)
+    assert folder[0] == zipped[0] == "cutile"
+    assert class_grading.files_hash(folder[1]) == class_grading.files_hash(zipped[1])
+    escaping = tmp_path / "escape.zip"
+    with zipfile.ZipFile(escaping, "w") as z:
+        z.writestr("../model.py", "")
+    with pytest.raises(class_grading.SubmissionProblem, match=r"a path that leaves the folder \(\.\./model\.py\)"):
+        class_grading.read_submission(escaping)
+
+
+def one_error_line(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(class_grading.main, argv)
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(lines) == 1 and "Traceback" not in err, out + err
+    return lines[0]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ([], "error: usage: ./benchmark.sh --grade SUBMISSIONS_DIR [options] (see --help)"),
+    (["{missing}"], "error: {missing}: not a folder of submissions"),
+    (["{empty}"], "error: {empty}: no sub-folders or archives (.zip, .tar, .tar.gz, .tgz) in it"),
+    (["{class}", "--runs", "3"], "error: --runs does not go with --grade: the grader runs the course path, "
+                                 "times on its own rules and writes its own files (see GUIDE.md, For graders)"),
+    (["{class}", "--gpus", "2"], "error: --gpus: the grading runs on the CPU (no CUDA GPU is visible, or --device "
+                                 "cpu), one worker at a time"),
+    (["{class}", "--wait"], "error: --slurm-arg and --wait go with --slurm"),
+    (["{class}", "--cases", "gelu"], "error: --cases gelu: the case table's kernels are "),
+    (["{class}", "--only", "mallory"], "error: --only: no submission named mallory in {class}"),
+    (["{twins}"], "error: alice and alice.zip in {twins} are both student alice; rename one"),
+    (["{class}", "--time-limit", "0"], "error: argument --time-limit: 0 must be at least 1 (see --help)"),
+])
+def test_bad_input_is_one_line(tmp_path, tiny_ckpt, capsys, arguments, message):
+    places = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "class": tmp_path / "class",
+              "twins": tmp_path / "twins"}
+    places["empty"].mkdir()
+    (places["class"] / "alice").mkdir(parents=True)
+    (places["twins"] / "alice").mkdir(parents=True)
+    (places["twins"] / "alice.zip").write_bytes(b"")
+    argv = [a.format(**places) for a in arguments]
+    argv += ["--model", str(tiny_ckpt), "--device", "cpu", "--out", str(tmp_path / "out")] if argv else []
+    assert one_error_line(capsys, argv).startswith(message.format(**places))
+
+
+def test_a_slurm_plan_is_for_the_nodes_gpus(tmp_path):
+    """--slurm grades on the nodes' GPUs: the plan says cuda even where this machine has none; a folder
+    that is no template copy is a task that will be a CRASH row; the seal's key is the user's alone."""
+    (tmp_path / "class" / "alice").mkdir(parents=True)
+    args = class_grading.build_parser().parse_args([str(tmp_path / "class"), "--slurm", "--random-weights",
+                                                    "--out", str(tmp_path / "out")])
+    plan = class_grading.make_plan(args)
+    assert plan.device == "cuda" and "--random-weights" in plan.benchmark_argv
+    assert [t.name for t in plan.tasks] == ["alice"]  # not a template copy: no track, no baselines
+    assert plan.tasks[0].problem == "alice: not one copy of a template folder (no model.py)"
+    class_grading.Store(Path(plan.out))
+    assert os.stat(Path(plan.out) / ".grader_key").st_mode & 0o077 == 0
