@@ -9,10 +9,11 @@
 #             fp32 (ids, logits, teacher-forced regret, transformers' own bf16/tf32 runs as yardstick)
 #   clips     utils/gpu_clips.py: test clip, 0.3 s, 30.5 s, 45 s, 5 min, 44.1 kHz stereo: fp32 ids
 #             against transformers, bf16 time, real-time factor, peak memory
-#   kernels   every kernel file's self-check on the GPU (the course kernels' case table with its
-#             model-size cases; Triton, and cuTile for real where .cutile is carried), the kernel tests,
-#             the planted bugs that escape a CPU, tiny checkpoints of awkward shapes end to end, and
-#             the bad-input cases of the command line
+#   kernels   the course path's self-checks on the GPU (the course kernels' and the glue's case table
+#             with its model-size cases, timed; conv.py) of both tracks (cuTile for real where .cutile is
+#             carried), and the planted bugs that escape a CPU, caught here
+#   robust    the fast paths' self-checks and kernel tests, tiny checkpoints of awkward shapes end to
+#             end, and the bad-input cases of the command line
 #   detailed  benchmark_detailed.py (fast path vs course path, bf16, with plots; the attention and linear
 #             micro-benchmarks) and the grader's report: ./benchmark.sh on the filled Triton template with --compare
 #   grade     the class grader (./benchmark.sh --grade) on a synthetic class of each track
@@ -20,7 +21,7 @@
 #             printing megabytes): GPU workers, CUDA-event timing, the GPU health check, the tables
 #   tune      utils/tune_random_init.py (the scales of the random weights)
 #   sweep     utils/sweep_linear.py (the fast path's GEMM tile table)
-#   all       bench parity clips kernels detailed grade
+#   all       bench parity clips kernels robust detailed grade
 #
 # Each step has its own time limit and a failed step does not stop the next. Everything lands in the
 # output folder: log.txt, bench.jsonl, parity.jsonl, clips.jsonl, summary.md and detailed.tgz (JSON,
@@ -33,9 +34,9 @@ OUT_DIR="${OUT:-/tmp/gpu_check}"
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR=$2; shift 2 ;;
-        all) PARTS+=(bench parity clips kernels detailed grade); shift ;;
-        bench|parity|clips|kernels|detailed|grade|tune|sweep) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity clips kernels detailed grade tune sweep all" >&2
+        all) PARTS+=(bench parity clips kernels robust detailed grade); shift ;;
+        bench|parity|clips|kernels|robust|detailed|grade|tune|sweep) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity clips kernels robust detailed grade tune sweep all" >&2
            exit 2 ;;
     esac
 done
@@ -121,22 +122,22 @@ for part in "${PARTS[@]}"; do
             cat "$OUT_DIR"/clips_short.jsonl "$OUT_DIR"/clips_long.jsonl > "$OUT_DIR/clips.jsonl" 2>/dev/null
             ;;
         kernels)
-            # Every self-check: the course kernels' case table (with its model-size cases on a GPU), the
-            # provided glue and the fast path; then the same table and the fast paths' tests in pytest.
-            for file in layers attention rope glue conv fast_linear fast_attention fast_rope fast_head; do
-                step "self-check glm_asr_triton_example/$file.py" 120 python3 "glm_asr_triton_example/$file.py"
-            done
-            if has_cutile; then
-                for file in layers attention rope glue conv fast_linear fast_attention fast_rope fast_head; do
-                    step "self-check glm_asr_cutile_example/$file.py" 120 python3 "glm_asr_cutile_example/$file.py"
+            for track in triton $(has_cutile && echo cutile); do
+                for file in layers attention rope glue conv; do
+                    step "self-check glm_asr_${track}_example/$file.py" 180 python3 "glm_asr_${track}_example/$file.py"
                 done
-            fi
-            step "kernel tests (the case table, both tracks)" 300 python3 -m pytest -q tests/test_course_kernels.py \
-                -p no:cacheprovider
-            step "kernel tests (Triton fast path and glue)" 300 python3 -m pytest -q -x tests/test_triton_layers.py \
-                tests/test_triton_attention.py -p no:cacheprovider
+            done
             step "planted bugs a CPU cannot catch, caught here" 300 python3 -m pytest -q tests/test_planted_bugs.py \
                 -k escapes -p no:cacheprovider
+            ;;
+        robust)
+            for track in triton $(has_cutile && echo cutile); do
+                for file in fast_linear fast_attention fast_rope fast_head; do
+                    step "self-check glm_asr_${track}_example/$file.py" 120 python3 "glm_asr_${track}_example/$file.py"
+                done
+            done
+            step "kernel tests (Triton fast path)" 300 python3 -m pytest -q -x tests/test_triton_layers.py \
+                tests/test_triton_attention.py -p no:cacheprovider
             step "awkward checkpoints end to end" 300 python3 -m pytest -q tests/test_awkward_shapes.py -p no:cacheprovider
             step "bad input" 200 python3 utils/gpu_bad_inputs.py --tracks "$(track_paths)"
             ;;
