@@ -43,8 +43,8 @@ def compute_freqs_kernel(cos_ptr, sin_ptr, max_positions, theta, stride_table,
     BLOCK_HALF = next_power_of_2(ROTARY_DIM // 2) frequency lanes each: a (BLOCK_P, BLOCK_HALF) tile.
     Masking: positions >= max_positions and lanes >= ROTARY_DIM // 2 are not stored.
     Hint: transformers builds inv_freq in fp32 and the angle as one fp32 product position * inv_freq;
-    match those roundings. Positions reach thousands of radians, where fast fp32 sin/cos lose digits:
-    evaluate cos/sin of that fp32 angle in fp64 and round once to fp32. theta arrives as a Python float
+    match those roundings, then take cos/sin of that fp32 angle (fp32 cos/sin pass the check; cos/sin
+    in fp64 rounded once to fp32 land closer to torch's). theta arrives as a Python float
     under the interpreter: build a tensor from it (tl.full), don't call .to() on it
     (GUIDE.md#interpreter-traps).
     """

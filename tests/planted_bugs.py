@@ -142,9 +142,6 @@ TRITON = [
     bug("compute_freqs_kernel", "rope", "angle in fp64, not transformers' fp32 product",
         ("angle = pos.to(tl.float32)[:, None] * inv_freq[None, :]",
          "angle = pos.to(tl.float64)[:, None] * inv_freq.to(tl.float64)[None, :]")),
-    bug("compute_freqs_kernel", "rope", "cos / sin in fp32", ("angle64 = angle.to(tl.float64)", "angle64 = angle"),
-        escapes_on_cpu="the interpreter's fp32 cos / sin (NumPy's) are accurate to an ulp at any angle; the GPU's "
-                       "fast ones are not, and the GPU self-check's 8192-position table catches it"),
     # apply_rope_kernel
     bug("apply_rope_kernel", "rope", "rotation sign",
         ("out1 = round_to(x1 * c, dtype).to(tl.float32) - round_to(x2 * s, dtype).to(tl.float32)",
@@ -248,9 +245,6 @@ CUTILE = [
     bug("compute_freqs_kernel", "rope", "angle in fp64, not transformers' fp32 product",
         ("angle = ct.astype(positions, ct.float32)[:, None] * inv_freq[None, :]",
          "angle = ct.astype(positions, ct.float64)[:, None] * ct.astype(inv_freq, ct.float64)[None, :]")),
-    bug("compute_freqs_kernel", "rope", "cos / sin in fp32", ("angle64 = ct.astype(angle, ct.float64)", "angle64 = angle"),
-        escapes_on_cpu="the emulator's fp32 cos / sin (torch's) are accurate to an ulp at any angle; the GPU's "
-                       "fast ones are not, and the GPU self-check's 8192-position table catches it"),
     # apply_rope_kernel
     bug("apply_rope_kernel", "rope", "rotation sign", ("out1 = round_as(x1 * c, x.dtype) - round_as(x2 * s, x.dtype)",
                                                       "out1 = round_as(x1 * c, x.dtype) + round_as(x2 * s, x.dtype)")),

@@ -96,3 +96,14 @@ def test_every_course_kernel_has_planted_bugs():
         kernels = importlib.import_module(f"glm_asr_{track}_example").STUDENT_KERNELS
         caught = {b.kernel for b in bugs if not b.escapes_on_cpu}
         assert caught == set(kernels), f"{track}: kernels without a planted bug: {set(kernels) - caught}"
+
+
+def test_readme_counts_the_planted_bugs():
+    """README's table of planted bugs states the counts of tests/planted_bugs.py."""
+    readme = (REPO / "README.md").read_text()
+    total = sum(len(bugs) for bugs in PLANTED.values())
+    assert f"`tests/planted_bugs.py` holds {total} typical wrong" in readme
+    for track, label in (("triton", "Triton (interpreter)"), ("cutile", "cuTile (emulator)")):
+        bugs = PLANTED[track]
+        caught = sum(not b.escapes_on_cpu for b in bugs)
+        assert f"| {label} | {len(bugs)} | {caught} |" in readme, f"README's {label} row is stale"
