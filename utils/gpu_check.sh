@@ -5,8 +5,10 @@
 #
 #   bench     ./benchmark.sh on the test clip, 13 tokens, full-size random weights: every folder and
 #             path in bf16; the example paths in tf32 and IEEE fp32; the filled templates
-#   parity    utils/gpu_parity.py: every track path in fp32, tf32 and bf16 against transformers' true
-#             fp32 (ids, logits, teacher-forced regret, transformers' own bf16/tf32 runs as yardstick)
+#   parity    utils/gpu_parity.py, IEEE fp32: every track path's 30 greedy ids against transformers' true
+#             fp32 on full-size random weights (equal, or it fails), with the prefill logits' error
+#   regret    utils/gpu_parity.py, tf32 and bf16: every track path's teacher-forced regret against
+#             transformers' true fp32, transformers' own tf32 / bf16 runs as the yardstick
 #   clips     utils/gpu_clips.py: test clip, 0.3 s, 30.5 s, 45 s, 5 min, 44.1 kHz stereo: fp32 ids
 #             against transformers, bf16 time, real-time factor, peak memory
 #   kernels   the course path's self-checks on the GPU (the course kernels' and the glue's case table
@@ -21,7 +23,7 @@
 #             printing megabytes): GPU workers, CUDA-event timing, the GPU health check, the tables
 #   tune      utils/tune_random_init.py (the scales of the random weights)
 #   sweep     utils/sweep_linear.py (the fast path's GEMM tile table)
-#   all       bench parity clips kernels robust detailed grade
+#   all       bench parity regret clips kernels robust detailed grade
 #
 # Each step has its own time limit and a failed step does not stop the next. Everything lands in the
 # output folder: log.txt, bench.jsonl, parity.jsonl, clips.jsonl, summary.md and detailed.tgz (JSON,
@@ -34,9 +36,9 @@ OUT_DIR="${OUT:-/tmp/gpu_check}"
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR=$2; shift 2 ;;
-        all) PARTS+=(bench parity clips kernels robust detailed grade); shift ;;
-        bench|parity|clips|kernels|robust|detailed|grade|tune|sweep) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity clips kernels robust detailed grade tune sweep all" >&2
+        all) PARTS+=(bench parity regret clips kernels robust detailed grade); shift ;;
+        bench|parity|regret|clips|kernels|robust|detailed|grade|tune|sweep) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade tune sweep all" >&2
            exit 2 ;;
     esac
 done
@@ -109,8 +111,13 @@ for part in "${PARTS[@]}"; do
                 bench glm_asr_cutile_example course tf32
             fi
             ;;
-        parity)
-            step parity 560 python3 utils/gpu_parity.py --tracks "$(track_paths)" --json "$OUT_DIR/parity.jsonl"
+        parity|regret)
+            # One precision set a call: the three precisions of five paths take longer than a device call.
+            precisions=fp32
+            [ "$part" = regret ] && precisions=tf32,bf16
+            step "$part ($precisions)" 560 python3 utils/gpu_parity.py --tracks "$(track_paths)" \
+                --precisions "$precisions" --json "$OUT_DIR/parity_$part.jsonl"
+            cat "$OUT_DIR"/parity_parity.jsonl "$OUT_DIR"/parity_regret.jsonl > "$OUT_DIR/parity.jsonl" 2>/dev/null
             ;;
         clips)
             # Every kernel path on the short and odd clips; the 5 minute clip (ten windows, a 3765-token
