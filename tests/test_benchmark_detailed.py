@@ -263,6 +263,20 @@ def test_verdicts_from_intensity_and_achieved_fraction():
     assert roofline.floor_seconds(2.9e9, 2.9e9, peaks, "bfloat16") == pytest.approx(2.9e9 / 3e12)
 
 
+def test_transcription_floor_adds_the_phases(real_cfg):
+    """The test clip's transcription (59-token prompt, 13 tokens) at the H100's measured peaks: the
+    compute-bound encoder's floor plus the memory-bound prefill's and steps' (docs/performance.md: 15.7 ms
+    in bf16, 31.0 ms in tf32), more than the whole work's FLOPs or bytes alone would give."""
+    h100 = roofline.Peaks("NVIDIA H100 80GB HBM3", "cuda", 3001e9,
+                          {"bfloat16": 793e12, "tf32": 413e12, "float32": 52e12}, "now", "test")
+    inputs = SimpleNamespace(input_features=torch.zeros(1, 128, 3000), input_ids=torch.zeros(1, 59), batch_size=1)
+    bf16 = roofline.transcription_floor(real_cfg, inputs, 13, "bf16", h100)
+    assert bf16["floor_ms"] == pytest.approx(15.8, abs=0.1)
+    assert roofline.transcription_floor(real_cfg, inputs, 13, "tf32", h100)["floor_ms"] == pytest.approx(31.3, abs=0.1)
+    whole = max(bf16["flops"] / 793e12, bf16["bytes"] / 3001e9) * 1000
+    assert whole < bf16["floor_ms"] - 0.5  # the encoder's compute no longer hidden under the bytes
+
+
 def test_peaks_are_cached_per_device(tmp_path, monkeypatch):
     monkeypatch.setenv("GLM_ASR_CACHE_DIR", str(tmp_path))
     calls = []

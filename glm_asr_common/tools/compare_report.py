@@ -115,17 +115,6 @@ def measure_others(session, args, solution: str, log=print) -> list[dict]:
     return rows
 
 
-def roofline_floor(session, tokens: int, peaks) -> dict:
-    """FLOPs, bytes and the floor time of one transcription of ``tokens`` tokens on this device."""
-    cfg, inputs = session.checkpoint.config, session.inputs
-    ops = roofline.transcription_ops(cfg, windows=inputs.input_features.shape[0],
-                                     mel_frames=inputs.input_features.shape[-1], prompt_len=inputs.input_ids.shape[1],
-                                     decode_steps=max(tokens - 1, 0), dtype=session.precision.name)
-    flops, nbytes = roofline.totals(ops)
-    floor = roofline.floor_seconds(flops, nbytes, peaks, session.precision.name)
-    return {"flops": flops, "bytes": nbytes, "floor_ms": floor * 1000}
-
-
 def pair_kernel_rows(student: list[dict], solution: list[dict]) -> list[dict]:
     """Rows side by side, matched by file, kernel and case (a template's rows are the example's)."""
     theirs = {(r["file"], r["kernel"], r["guards"]): r for r in solution}
@@ -167,7 +156,8 @@ def compare(session, args, student: dict, log=print) -> dict:
                      next((r for r in rows if r["label"] == "course baseline"), None))
     peaks = roofline.device_peaks(session.device, log=lambda *_: None)
     for row in rows:
-        floor = roofline_floor(session, row["tokens"], peaks)
+        floor = roofline.transcription_floor(session.checkpoint.config, session.inputs, row["tokens"],
+                                             session.precision.name, peaks)
         row.update(floor, ids_equal_reference=None if reference is None else row["token_ids"] == reference["token_ids"],
                    tflops=floor["flops"] / (row["mean_ms"] / 1000) / 1e12,
                    gbps=floor["bytes"] / (row["mean_ms"] / 1000) / 1e9,
