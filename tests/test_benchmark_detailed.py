@@ -580,6 +580,9 @@ def test_report_of_a_graphed_run_on_the_real_trace(h200_trace, real_cfg, capsys)
     assert rows["encoder"]["in_graph"] and rows["encoder"]["wall_ms"] == 0 and rows["encoder"]["kernel_ms"] > 3
     assert rows["encoder.layers"]["graph_off"] and rows["encoder.layers"]["wall_ms"] > 0
     assert rep["cuda_graph"]["prompt_graph"] and rep["cuda_graph"]["replayed_kernels_placed"] == 1319
+    # One replay a token (the prompt phase's, then one a step) and no kernel launched outside them.
+    assert rep["cuda_graph"]["graph_launches"] == len(graphed.tokens)
+    assert rep["cuda_graph"]["kernels_outside_graphs"] == 0
     assert len(rep["layers"]["encoder"]) == 32 and rep["layers"]["prompt_source"] == "use_cuda_graph=False runs"
     assert rep["kernel_time_ms"] == pytest.approx(sum(k.ms for k in graphed.kernels))
     kernels = {o["kernel"] for o in rep["operators"]}
@@ -694,15 +697,15 @@ def test_micro_benchmarks_scale_with_the_config(tiny_ckpt, tmp_path, cache_env):
     assert "MICRO-BENCHMARKS" in buf.getvalue() and "floor us" in buf.getvalue()
 
 
-@pytest.mark.parametrize("path, launcher_names", [
-    ("fast", {"flash_attention", "decode_attention", "linear", "swiglu_linear"}),
-    ("course", {"encoder_attention", "decoder_attention", "linear_tf32"}),
+@pytest.mark.parametrize("folder, launcher_names", [
+    ("glm_asr_triton_example", {"flash_attention", "decode_attention", "linear", "swiglu_linear"}),  # fast path
+    ("glm_asr_triton_example", {"encoder_attention", "decoder_attention", "linear_tf32"}),  # course path
+    ("glm_asr_cutile_example", {"flash_attention", "decode_attention", "linear"}),  # fast path, its own conventions
 ])
-def test_micro_benchmark_calls_the_triton_launchers(path, launcher_names):
-    """The Triton example's launchers of one path at reduced shapes (the interpreter is slow): the same
-    results as torch."""
-    launchers = {name: f for name, f in micro.folder_launchers("glm_asr_triton_example").items()
-                 if name in launcher_names}
+def test_micro_benchmark_calls_the_fast_and_course_launchers(folder, launcher_names):
+    """A track's launchers of one path at reduced shapes (the interpreter and the emulator are slow): the
+    same results as torch."""
+    launchers = {name: f for name, f in micro.folder_launchers(folder).items() if name in launcher_names}
     assert set(launchers) == launcher_names
     tiny = {"audio_config": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                                  max_position_embeddings=32),
