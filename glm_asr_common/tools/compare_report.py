@@ -33,11 +33,11 @@ import importlib
 import importlib.util
 import io
 import json
-import statistics
 from dataclasses import asdict
 from pathlib import Path
 
 from ..measure import plots, roofline
+from ..measure.timer import spread
 from ..course import self_check
 from ..course import todo_kernels
 from .command_line import release, time_runs
@@ -82,9 +82,9 @@ def unfinished_run(todo: todo_kernels.KernelTodo) -> dict:
 
 
 def e2e_row(label: str, what: str, runs: list[float], tokens: list[int]) -> dict:
-    return {"label": label, "what": what, "runs_ms": runs, "mean_ms": statistics.fmean(runs),
-            "std_ms": statistics.stdev(runs) if len(runs) > 1 else 0.0, "tokens": len(tokens),
-            "ms_per_token": statistics.fmean(runs) / max(len(tokens), 1), "token_ids": tokens}
+    times = spread(runs)
+    return {"label": label, "what": what, **times, "tokens": len(tokens),
+            "ms_per_token": times["mean_ms"] / max(len(tokens), 1), "token_ids": tokens}
 
 
 def measure_others(session, args, solution: str, log=print) -> list[dict]:
