@@ -181,10 +181,10 @@ for part in "${PARTS[@]}"; do
             step "fastpath: Triton fast path, IEEE fp32, kernel by kernel" 45 python3 benchmark_detailed.py $triton \
                 --path fast --precision fp32 "${detailed_args[@]}" --warmup 1 --runs 1 --top 15 \
                 --json "$OUT_DIR/fastpath/ieee.json"
-            # transformers' compiled decode step: its first call compiles (timed alone); eager first, so a
-            # compilation that overruns the limit loses only itself.
+            # transformers' compiled decode step: its first call compiles (timed alone) and captures the step's
+            # CUDA graph; eager first, so a compilation that overruns the limit loses only itself.
             step "fastpath: transformers, bf16" 100 python3 utils/gpu_fastpath.py --anchors eager,compiled \
-                --jsonl "$OUT_DIR/fastpath.jsonl"
+                --warmup 1 --runs 5 --jsonl "$OUT_DIR/fastpath.jsonl"
             ;;
         tune)
             step "tune random init" 560 python3 utils/tune_random_init.py --json "$OUT_DIR/tune.json"

@@ -154,6 +154,8 @@ def fastpath_tables(out: Path) -> list[str]:
             course = timing.get((TRITON_COURSE, "fp32"))
             target = f"≤ Triton course ({cell(ratio(r, course), '.2f', '×')})"
             ok = None if course is None else r["mean_ms"] <= course["mean_ms"]
+            if course:  # both IEEE fp32: the same ids, or one path's arithmetic is off
+                target += f"; ids {'=' if r['ids'] == course['ids'] else '≠'} course's"
         elif track == TRITON_COURSE and fast:
             target = f"(Triton fast × {ratio(r, fast):.2f})"
         lines.append(f"| {track} | {precision} | {r['mean_ms']:.1f} ± {r['std_ms']:.1f} ({len(r['runs_ms'])}) | "
