@@ -22,7 +22,6 @@ kernel that was launched (--allow-reference KERNEL|all runs the example's kernel
 --compare the report is written first, its TODO rows counted).
 """
 
-import statistics
 from pathlib import Path
 
 from glm_asr_common.tools import compare_report
@@ -30,6 +29,7 @@ from glm_asr_common.course import todo_kernels
 from glm_asr_common.tools.command_line import ArgumentParser, add_common_args, load_track_model, prepare_session, time_runs, write_json
 from glm_asr_common.errors import UserError, run_cli
 from glm_asr_common.measure.components import aggregate, timed_run
+from glm_asr_common.measure.timer import spread
 from glm_asr_common.model.frontend import decode
 from glm_asr_common.tools.tracks import track_folders
 from glm_asr_common.reference.scoring import accuracy
@@ -67,8 +67,8 @@ def main(argv) -> int:
             write_report(compare_report.compare(session, args, compare_report.unfinished_run(todo)), report_dir)
         raise
 
-    mean = statistics.fmean(runs)
-    std = statistics.stdev(runs) if len(runs) > 1 else 0.0
+    times = spread(runs)
+    mean, std = times["mean_ms"], times["std_ms"]
     text = decode(session.checkpoint.processor, tokens)
     verdict = judge(session, args, tokens, text)
     substituted = todo_kernels.substituted()

@@ -102,6 +102,17 @@ def as_rows(t):
     return t.view(-1, t.shape[-1])
 
 
+def fma_dot(dtype, input_precision: str) -> bool:
+    """Whether ``tl.dot`` on ``dtype`` operands at ``input_precision`` runs as FMAs on the CUDA cores: IEEE
+    fp32 (the tensor cores take fp32 operands only rounded to TF32). Such a dot keeps each thread's slices of
+    both operand tiles in registers beside its accumulator, so its tiles are sized by registers: a tile
+    chosen for the tensor cores, where the operands stay in shared memory, spills (docs/performance.md,
+    "IEEE fp32 on the fast path")."""
+    import torch
+
+    return dtype == torch.float32 and input_precision == "ieee"
+
+
 def warps_for_row(block: int) -> int:
     """About eight elements (one 16-byte bf16 vector) per thread; one warp for short rows, 16 at most."""
     return max(1, min(16, block // 256))

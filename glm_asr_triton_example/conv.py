@@ -23,7 +23,8 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/con
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from ._triton_compat import INTERPRET, dot, pdl_options, release_consumer, round_to, wait_for_producer  # noqa: E402
+from ._triton_compat import (INTERPRET, dot, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
+                             wait_for_producer)
 
 
 @triton.jit
@@ -82,7 +83,7 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: in
     if out is None:
         out = torch.empty((B, T_out, C_out), dtype=x.dtype, device=x.device)
     assert out.shape == (B, T_out, C_out)
-    block_t, block_co, block_ci, num_warps, num_stages = _conv_config(x.dtype)
+    block_t, block_co, block_ci, num_warps, num_stages = _conv_config(x.dtype, precision)
     if INTERPRET:
         # The interpreter pays per program and per loop step, not per element: take big tiles.
         block_t, block_co, block_ci = 512, triton.next_power_of_2(C_out), min(128, triton.next_power_of_2(C_in))
@@ -97,11 +98,13 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: in
     return out
 
 
-def _conv_config(dtype: torch.dtype) -> tuple[int, int, int, int, int]:
+def _conv_config(dtype: torch.dtype, precision: str) -> tuple[int, int, int, int, int]:
     """(BLOCK_T, BLOCK_CO, BLOCK_CI, num_warps, num_stages), the fastest of a sweep on an H200
-    (docs/performance.md). fp32 reads half as many channels per step: the same bytes per stage."""
+    (docs/performance.md). fp32 reads half as many channels per step: the same bytes per stage. IEEE
+    fp32 spreads the tile over 8 warps: its FMA dot holds the operand slices in registers, and on 4
+    warps spills 580 bytes a thread (ptxas on sm_90a; 52 on 8)."""
     if dtype == torch.float32:
-        return 128, 64, 32, 4, 3
+        return 128, 64, 32, 8 if fma_dot(dtype, precision) else 4, 3
     return 128, 64, 64, 4, 3
 
 

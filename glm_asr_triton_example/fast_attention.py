@@ -25,7 +25,8 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/fas
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from ._triton_compat import INTERPRET, dot, pdl_options, release_consumer, round_to, wait_for_producer  # noqa: E402
+from ._triton_compat import (INTERPRET, dot, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
+                             wait_for_producer)
 
 LOG2E = 1.4426950408889634
 
@@ -152,9 +153,11 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, kv_start_ptr,
 def _flash_config(head_dim: int, dtype: torch.dtype, precision: str) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages), the fastest of a sweep on an H200 (Triton 3.6);
     head_dim is the padded one (a power of two)."""
-    if dtype == torch.float32 and precision == "ieee":
-        # IEEE fp32 dots run on the CUDA cores, not the tensor cores: small tiles, low register use.
-        return 32, 32, 4, 2
+    if fma_dot(dtype, precision):
+        # IEEE fp32 dots run on the CUDA cores, each thread holding its operand slices in registers:
+        # small tiles. At head_dim 128 (the decoder's prefill) 32 x 32 spills 2.4 KB a thread and
+        # 16 x 16 nothing (ptxas on sm_90a); at 64 (the encoder) 32 x 32 spills nothing.
+        return (32, 32, 4, 2) if head_dim <= 64 else (16, 16, 4, 2)
     if dtype == torch.float32:
         # tf32 on the tensor cores; fp32 tiles take twice the shared memory of bf16 ones.
         return (64, 64, 4, 3) if head_dim <= 64 else (64, 32, 4, 2)

@@ -19,7 +19,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/fas
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from ._triton_compat import INTERPRET, pdl_options, release_consumer, round_to, wait_for_producer  # noqa: E402
+from ._triton_compat import INTERPRET, fma_dot, pdl_options, release_consumer, round_to, wait_for_producer  # noqa: E402
 from .fast_linear import _mma  # noqa: E402
 from .glue import _banned_args, _block_argmax, _reduce_block_argmax  # noqa: E402
 from .layers import rmsnorm  # noqa: E402
@@ -58,9 +58,11 @@ def lm_head_argmax_kernel(
     tl.store(idx_ptr + offs_m * n_blocks + block, block_idx, mask=m_mask)
 
 
-def _lm_head_config(dtype: torch.dtype) -> dict:
-    """Weight-streaming tiles for the vocabulary GEMV: 64 vocabulary rows, 512-byte runs of K."""
-    block_k = 256 if dtype == torch.bfloat16 or dtype == torch.float16 else 128
+def _lm_head_config(dtype: torch.dtype, input_precision: str) -> dict:
+    """Weight-streaming tiles for the vocabulary GEMV: 64 vocabulary rows, 512-byte runs of K; 256-byte
+    runs for an FMA dot (IEEE fp32), whose operand slices at 512 bytes spill 640 bytes a thread (ptxas
+    on sm_90a)."""
+    block_k = (256 if fma_dot(dtype, input_precision) else 512) // dtype.itemsize
     if INTERPRET:  # few, large programs (see _interpreter_linear_config)
         return dict(BLOCK_M=16, BLOCK_V=512, BLOCK_K=512, num_warps=4, num_stages=1)
     return dict(BLOCK_M=16, BLOCK_V=64, BLOCK_K=block_k, num_warps=4, num_stages=4)
@@ -87,7 +89,7 @@ def greedy_head(
     x_normed = rmsnorm(x, norm_weight, eps)
     B, H = x_normed.shape
     V = lm_head_weight.shape[0]
-    cfg = _lm_head_config(x.dtype)
+    cfg = _lm_head_config(x.dtype, input_precision)
     n_blocks = triton.cdiv(V, cfg["BLOCK_V"])
     partial_max = torch.empty((B, n_blocks), dtype=torch.float32, device=x.device)
     partial_idx = torch.empty((B, n_blocks), dtype=torch.int32, device=x.device)

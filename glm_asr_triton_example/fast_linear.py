@@ -32,7 +32,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
-from ._triton_compat import (INTERPRET, as_rows, pdl_options, release_consumer, round_to,  # noqa: E402
+from ._triton_compat import (INTERPRET, as_rows, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
                              wait_for_producer)
 from .layers import rmsnorm  # noqa: E402
 
@@ -323,7 +323,8 @@ ONE_TILE_MAX_M = 64
 _GEMM_TILES = ((128, 256, 8, 1.2), (128, 128, 8, 1.0), (64, 128, 4, 0.85), (64, 64, 4, 0.7))
 
 
-def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms: int) -> tuple[str, dict]:
+def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms: int, *,
+                   fma: bool = False) -> tuple[str, dict]:
     """("gemv" | "gemm" | "tma", launch options) for one problem size.
 
     A hand-picked table instead of autotuning: nothing is benchmarked on a first call (which would
@@ -331,6 +332,8 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
     dtype matters, so fp32 gets the same shared memory per stage as bf16. N counts output features;
     a gated launch holds two accumulators of (BLOCK_M, BLOCK_N). The entries come from
     utils/sweep_linear.py on an H100 (docs/performance.md); the figures quoted are bf16 there.
+    fma: the tiled kernels' dot runs as FMAs on the CUDA cores (IEEE fp32, _triton_compat.fma_dot),
+    holding its operand slices in registers: shorter K steps, smaller tiles, no TMA.
     """
     if INTERPRET:
         return _interpreter_linear_config(M, N, K, gated)
@@ -346,29 +349,33 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
     if M <= SKINNY_MAX_M:
         # One 16-row tensor-core tile covers every row (padding rows read as zeros); 32 weight rows
         # x 1 KiB per step (512 B when gated, to fit three stages of two weight tiles), split K in
-        # two when the column tiles cannot fill the SMs and K is long.
-        block_n, block_k = 32, (512 if gated else 1024) // elem_bytes
+        # two when the column tiles cannot fill the SMs and K is long. An FMA dot takes 128-byte
+        # steps: at 1 KiB its operand slices spill (IEEE fp32, ptxas on sm_90a: 308 bytes a thread).
+        block_n, block_k = 32, (128 if fma else 512 if gated else 1024) // elem_bytes
         split = 2 if triton.cdiv(N, block_n) < sms and K > 4 * block_k else 1
         return "gemm", dict(BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=1, SPLIT_K=split,
                             num_warps=4, num_stages=3)
     if M <= ONE_TILE_MAX_M:
         # Still bound by the weight: narrow column tiles, 256-byte K steps, and split K until the
         # SMs hold about two programs each (a short prompt's q|k|v, gate|up and down all gain;
-        # docs/performance.md).
+        # docs/performance.md). An FMA dot takes 128-byte steps (a gated one spills at 256).
         block_n = 32
         tiles = triton.cdiv(N, block_n)
         split = 1 if tiles >= sms else min(4, triton.cdiv(2 * sms, tiles), K // 512)
-        return "gemm", dict(BLOCK_M=64, BLOCK_N=block_n, BLOCK_K=256 // elem_bytes, GROUP_M=1, SPLIT_K=split,
-                            num_warps=4, num_stages=3)
+        return "gemm", dict(BLOCK_M=64, BLOCK_N=block_n, BLOCK_K=(128 if fma else 256) // elem_bytes, GROUP_M=1,
+                            SPLIT_K=split, num_warps=4, num_stages=3)
 
     def cost(tile):
         block_m, block_n, _, rate = tile
         waves = triton.cdiv(triton.cdiv(M, block_m) * triton.cdiv(N, block_n), sms)
         return waves * block_m * block_n / rate
 
-    # A gated tile holds two (BLOCK_M, BLOCK_N) accumulators and loads two weight tiles per step: at
-    # 128 x 256 that is more registers and shared memory than an SM has (a long prompt's gate|up).
-    tiles_allowed = [t for t in _GEMM_TILES if not (gated and t[1] > 128)]
+    # Accumulator values per thread: a tensor-core tile may hold 128 (128 x 256 on 8 warps, or a gated
+    # 128 x 128, whose two accumulators and two weight tiles per step fill an SM at 128 x 256: a long
+    # prompt's gate|up). An FMA dot also holds its operand slices in registers, so half that: IEEE
+    # fp32 at 128 x 128 spills nothing, at 128 x 256 808 bytes a thread (ptxas on sm_90a).
+    per_thread = 64 if fma else 128
+    tiles_allowed = [t for t in _GEMM_TILES if t[0] * t[1] * (2 if gated else 1) <= per_thread * 32 * t[2]]
     block_m, block_n, warps, _ = min(tiles_allowed, key=cost)
     # 128-byte K steps: one swizzled shared-memory row of a TMA tile in either dtype.
     block_k = 128 // elem_bytes
@@ -378,7 +385,10 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
     tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
     split = min(triton.cdiv(2 * sms, tiles), K // 1024) if K >= 4096 and 2 * tiles <= sms else 1
     stage_bytes = (block_m + (2 if gated else 1) * block_n) * block_k * elem_bytes
-    if gated or split > 1:
+    # The TMA kernel takes neither a gate nor split K, and no FMA dot: compiled for IEEE fp32 it gets
+    # 32 registers and a 5 KB stack a thread (10 KB of spill stores; ptxas on sm_90a), where the
+    # plain-load kernel at the same 128 x 128 tile gets 255 registers and spills nothing.
+    if gated or split > 1 or fma:
         stages = _stages_that_fit(4 if block_m == 128 and K > 2048 else 3, stage_bytes)
         return "gemm", dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, SPLIT_K=split,
                             num_warps=warps, num_stages=stages)
@@ -442,7 +452,8 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_prec
     out_rows = as_rows(out)
     residual_rows = None if residual is None else as_rows(residual)
     stride_rm = 0 if residual_rows is None else residual_rows.stride(0)
-    kind, cfg = config or _linear_config(M, N, K, x.dtype, gated, _sm_count(x.device))
+    kind, cfg = config or _linear_config(M, N, K, x.dtype, gated, _sm_count(x.device),
+                                         fma=fma_dot(x.dtype, input_precision))
     cfg = dict(cfg)
     if kind == "tma" and not (_tma_addressable(rows) and _tma_addressable(weight)):
         kind = "gemm"  # the same tiles through plain loads

@@ -263,6 +263,20 @@ def test_verdicts_from_intensity_and_achieved_fraction():
     assert roofline.floor_seconds(2.9e9, 2.9e9, peaks, "bfloat16") == pytest.approx(2.9e9 / 3e12)
 
 
+def test_transcription_floor_adds_the_phases(real_cfg):
+    """The test clip's transcription (59-token prompt, 13 tokens) at the H100's measured peaks: the
+    compute-bound encoder's floor plus the memory-bound prefill's and steps' (docs/performance.md: 15.7 ms
+    in bf16, 31.0 ms in tf32), more than the whole work's FLOPs or bytes alone would give."""
+    h100 = roofline.Peaks("NVIDIA H100 80GB HBM3", "cuda", 3001e9,
+                          {"bfloat16": 793e12, "tf32": 413e12, "float32": 52e12}, "now", "test")
+    inputs = SimpleNamespace(input_features=torch.zeros(1, 128, 3000), input_ids=torch.zeros(1, 59), batch_size=1)
+    bf16 = roofline.transcription_floor(real_cfg, inputs, 13, "bf16", h100)
+    assert bf16["floor_ms"] == pytest.approx(15.8, abs=0.1)
+    assert roofline.transcription_floor(real_cfg, inputs, 13, "tf32", h100)["floor_ms"] == pytest.approx(31.3, abs=0.1)
+    whole = max(bf16["flops"] / 793e12, bf16["bytes"] / 3001e9) * 1000
+    assert whole < bf16["floor_ms"] - 0.5  # the encoder's compute no longer hidden under the bytes
+
+
 def test_peaks_are_cached_per_device(tmp_path, monkeypatch):
     monkeypatch.setenv("GLM_ASR_CACHE_DIR", str(tmp_path))
     calls = []
@@ -566,6 +580,9 @@ def test_report_of_a_graphed_run_on_the_real_trace(h200_trace, real_cfg, capsys)
     assert rows["encoder"]["in_graph"] and rows["encoder"]["wall_ms"] == 0 and rows["encoder"]["kernel_ms"] > 3
     assert rows["encoder.layers"]["graph_off"] and rows["encoder.layers"]["wall_ms"] > 0
     assert rep["cuda_graph"]["prompt_graph"] and rep["cuda_graph"]["replayed_kernels_placed"] == 1319
+    # One replay a token (the prompt phase's, then one a step) and no kernel launched outside them.
+    assert rep["cuda_graph"]["graph_launches"] == len(graphed.tokens)
+    assert rep["cuda_graph"]["kernels_outside_graphs"] == 0
     assert len(rep["layers"]["encoder"]) == 32 and rep["layers"]["prompt_source"] == "use_cuda_graph=False runs"
     assert rep["kernel_time_ms"] == pytest.approx(sum(k.ms for k in graphed.kernels))
     kernels = {o["kernel"] for o in rep["operators"]}
@@ -680,15 +697,15 @@ def test_micro_benchmarks_scale_with_the_config(tiny_ckpt, tmp_path, cache_env):
     assert "MICRO-BENCHMARKS" in buf.getvalue() and "floor us" in buf.getvalue()
 
 
-@pytest.mark.parametrize("path, launcher_names", [
-    ("fast", {"flash_attention", "decode_attention", "linear", "swiglu_linear"}),
-    ("course", {"encoder_attention", "decoder_attention", "linear_tf32"}),
+@pytest.mark.parametrize("folder, launcher_names", [
+    ("glm_asr_triton_example", {"flash_attention", "decode_attention", "linear", "swiglu_linear"}),  # fast path
+    ("glm_asr_triton_example", {"encoder_attention", "decoder_attention", "linear_tf32"}),  # course path
+    ("glm_asr_cutile_example", {"flash_attention", "decode_attention", "linear"}),  # fast path, its own conventions
 ])
-def test_micro_benchmark_calls_the_triton_launchers(path, launcher_names):
-    """The Triton example's launchers of one path at reduced shapes (the interpreter is slow): the same
-    results as torch."""
-    launchers = {name: f for name, f in micro.folder_launchers("glm_asr_triton_example").items()
-                 if name in launcher_names}
+def test_micro_benchmark_calls_the_fast_and_course_launchers(folder, launcher_names):
+    """A track's launchers of one path at reduced shapes (the interpreter and the emulator are slow): the
+    same results as torch."""
+    launchers = {name: f for name, f in micro.folder_launchers(folder).items() if name in launcher_names}
     assert set(launchers) == launcher_names
     tiny = {"audio_config": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                                  max_position_embeddings=32),

@@ -8,8 +8,12 @@ the GPU's: relative to max|reference|, fp32 1e-5, tf32 GEMMs 3e-3, bf16 1e-2. Ev
 random data seeded by the test's id, and outputs are poisoned with NaN first where the API takes out=.
 """
 
+import json
 import os
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -114,8 +118,8 @@ def force_split_k(monkeypatch):
     """Make every linear launch split K three ways, whatever the table would pick."""
     original = fast_linear._linear_config
 
-    def split_three(*args):
-        kind, cfg = original(*args)
+    def split_three(*args, **options):
+        kind, cfg = original(*args, **options)
         return kind, dict(cfg, SPLIT_K=3)
 
     monkeypatch.setattr(fast_linear, "_linear_config", split_three)
@@ -264,6 +268,30 @@ def test_gpu_table_sends_only_plain_tiles_to_tma(monkeypatch, dtype):
     assert kind == "gemm"
     kind, cfg = fast_linear._linear_config(100, 2048, 6144, dtype, False, sms)  # a 100-token prompt's down: split K
     assert kind == "gemm" and cfg["SPLIT_K"] > 1
+
+
+def test_gpu_table_gives_ieee_fp32_plain_tiles_of_the_course_size(monkeypatch):
+    """IEEE fp32 (an FMA dot): the encoder's GEMMs on plain loads at the course kernel's 128 x 128 x 32 tile,
+    never the TMA kernel, never a wider tile."""
+    monkeypatch.setattr(fast_linear, "INTERPRET", False)
+    for M, N, K, gated in ((1500, 3840, 1280, False), (1500, 5120, 1280, False), (1500, 1280, 5120, False),
+                           (3765, 6144, 2048, True), (59, 6144, 2048, True), (4, 2048, 6144, False)):
+        kind, cfg = fast_linear._linear_config(M, N, K, FP32, gated, 132, fma=True)
+        assert kind == "gemm" and cfg["BLOCK_K"] == 32
+        assert cfg["BLOCK_M"] * cfg["BLOCK_N"] * (2 if gated else 1) <= 128 * 128
+    assert fast_linear._linear_config(1500, 5120, 1280, FP32, False, 132, fma=True)[1]["BLOCK_N"] == 128
+
+
+def test_ieee_fp32_tiles_fit_the_registers_of_an_h100():
+    """The IEEE fp32 launches with the largest tiles, compiled for sm_90a without a GPU (tests/triton_sm90.py:
+    ptxas, as Triton runs it): tens of bytes of spill a thread at most. The tensor-core tiles they ran on
+    before spilled kilobytes (the TMA GEMM 10 KB, flash attention at head 128 2.4 KB)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).with_name("triton_sm90.py")
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    stats = json.loads(out.stdout.splitlines()[-1])
+    assert stats and all(s["spill_bytes"] <= 64 for s in stats.values()), stats
 
 
 def test_tma_linear_falls_back_to_plain_loads(gen):

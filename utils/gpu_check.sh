@@ -21,6 +21,11 @@
 #   grade     the class grader (./benchmark.sh --grade) on a synthetic class of each track
 #             (utils/synthetic_class.py: correct, a subtly wrong kernel, a TODO, a crash at import, one
 #             printing megabytes): GPU workers, CUDA-event timing, the GPU health check, the tables
+#   fastpath  the fast paths against their floor, each other and transformers (docs/performance.md, "Both
+#             fast paths to the speed of light"), in about 8.5 minutes on an H100: measured peaks and floors,
+#             end to end per path and precision (utils/gpu_fastpath.py), the components in bf16 and the kernels
+#             alone (benchmark_detailed.py), the Triton fast path in IEEE fp32 kernel by kernel, transformers
+#             eager and compiled; fastpath.jsonl and fastpath/*.json, the table in summary.md
 #   tune      utils/tune_random_init.py (the scales of the random weights)
 #   sweep     utils/sweep_linear.py (the fast path's GEMM tile table)
 #   all       bench parity regret clips kernels robust detailed grade
@@ -37,8 +42,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR=$2; shift 2 ;;
         all) PARTS+=(bench parity regret clips kernels robust detailed grade); shift ;;
-        bench|parity|regret|clips|kernels|robust|detailed|grade|tune|sweep) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade tune sweep all" >&2
+        bench|parity|regret|clips|kernels|robust|detailed|grade|fastpath|tune|sweep) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade fastpath tune sweep all" >&2
            exit 2 ;;
     esac
 done
@@ -177,6 +182,38 @@ for part in "${PARTS[@]}"; do
                 cp "$class/grading/grades.md" "$OUT_DIR/grades_$track.md" 2>/dev/null
                 cp "$class/grading/grades.csv" "$OUT_DIR/grades_$track.csv" 2>/dev/null
             done
+            ;;
+        fastpath)
+            # Each step keeps to its own limit (about 500 s in all) and writes as it goes: a step that runs out
+            # loses only its own last result. Most wanted first, in each step and across them.
+            mkdir -p "$OUT_DIR/fastpath"
+            triton=glm_asr_triton_example
+            timings="$triton:fast@bf16,$triton:fast@tf32"
+            detailed_args=(--random-weights --min-new-tokens 13 --max-new-tokens 13)
+            micro_tracks=()
+            if has_cutile; then
+                timings="$triton:fast@bf16,glm_asr_cutile_example:fast@bf16,$triton:fast@tf32,glm_asr_cutile_example:fast@tf32"
+                micro_tracks=(--compare glm_asr_cutile_example)
+            fi
+            timings="$timings,$triton:fast@fp32,$triton:course@fp32,$triton:course@bf16,$triton:course@tf32"
+            step "fastpath: peaks, floors, end to end" 200 python3 utils/gpu_fastpath.py --peaks --timings "$timings" \
+                --jsonl "$OUT_DIR/fastpath.jsonl"
+            step "fastpath: Triton fast path, bf16, components" 50 python3 benchmark_detailed.py $triton --path fast \
+                --precision bf16 "${detailed_args[@]}" --warmup 1 --runs 3 --json "$OUT_DIR/fastpath/components_triton.json"
+            if has_cutile; then
+                step "fastpath: cuTile fast path, bf16, components" 50 python3 benchmark_detailed.py glm_asr_cutile_example \
+                    --path fast --precision bf16 "${detailed_args[@]}" --warmup 1 --runs 3 \
+                    --json "$OUT_DIR/fastpath/components_cutile.json"
+            fi
+            step "fastpath: kernels alone, bf16" 50 python3 benchmark_detailed.py $triton "${micro_tracks[@]}" \
+                --random-weights --precision bf16 --attention-only --linear-only --json "$OUT_DIR/fastpath/micro.json"
+            step "fastpath: Triton fast path, IEEE fp32, kernel by kernel" 45 python3 benchmark_detailed.py $triton \
+                --path fast --precision fp32 "${detailed_args[@]}" --warmup 1 --runs 1 --top 15 \
+                --json "$OUT_DIR/fastpath/ieee.json"
+            # transformers' compiled decode step: its first call compiles (timed alone) and captures the step's
+            # CUDA graph; eager first, so a compilation that overruns the limit loses only itself.
+            step "fastpath: transformers, bf16" 100 python3 utils/gpu_fastpath.py --anchors eager,compiled \
+                --warmup 1 --runs 5 --jsonl "$OUT_DIR/fastpath.jsonl"
             ;;
         tune)
             step "tune random init" 560 python3 utils/tune_random_init.py --json "$OUT_DIR/tune.json"

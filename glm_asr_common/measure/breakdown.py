@@ -8,7 +8,7 @@ benchmark_detailed.py writes), ``comparison`` sets reports side by side.
 from ..model.frontend import decode as decode_text
 from . import roofline
 from .components import aggregate, summarize, timed_run
-from .operators import has_kernels, operator_tables
+from .operators import has_kernels, kernel_class, operator_tables
 from .timer import quartiles, time_call
 from .trace import profile_run, split_graph_replays
 
@@ -146,7 +146,11 @@ def build_report(session, args, measured: dict, peaks, label: str, log=print) ->
             "decode_ms_without_graph": gcomp["decode"]["median"], "prompt_graph": prompt_graph,
             "prompt_ms_with_graph": comp["prefill"]["median"],
             "prompt_ms_without_graph": sum(gcomp[c]["median"] for c in ("encoder", "projector", "prefill")),
-            "replayed_kernels": prof.replayed_split[1], "replayed_kernels_placed": prof.replayed_split[0]},
+            "replayed_kernels": prof.replayed_split[1], "replayed_kernels_placed": prof.replayed_split[0],
+            # Launches of the profiled transcription: graph replays, and kernels launched one by one
+            # (copies aside), which a transcription that is all graphs has none of.
+            "graph_launches": len({k.replay for k in prof.kernels if k.replay is not None}),
+            "kernels_outside_graphs": sum(k.replay is None and kernel_class(k.name) != "copy" for k in prof.kernels)},
         "operators": operators,
         "operator_classes": classes,
         "operators_note": op_note,

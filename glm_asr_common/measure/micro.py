@@ -73,6 +73,21 @@ def _bthd_to_bhtd(out):
     return out.transpose(1, 2)
 
 
+def _writes_into_out(launcher) -> bool:
+    """Whether a fast path's attention launcher writes into an ``out`` it must be given, with q, k, v and out
+    (B, H, T, D) (the cuTile track's convention), rather than returning its output (the Triton track's)."""
+    out = inspect.signature(launcher).parameters.get("out")
+    return out is not None and out.default is inspect.Parameter.empty
+
+
+def _fast_linear(launcher, x, w, b, act, dot):
+    """A call of a fast path's ``linear``: the Triton track's (activation=, input_precision=) or the cuTile
+    track's (gelu=, precision=)."""
+    if "input_precision" in inspect.signature(launcher).parameters:
+        return lambda: launcher(x, w, b, activation=act, input_precision=dot)
+    return lambda: launcher(x, w, b, gelu=act == "gelu", precision=dot)
+
+
 def max_rel_error(out, ref) -> float:
     """max |out - ref| / max |ref| (the folder's kernel against torch at the same shape)."""
     ref = ref.float()
@@ -92,11 +107,18 @@ def attention_cases(cfg, seq_len: int, args, device, dtype):
     qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
     enc_out = torch.empty_like(q)  # token-major, as the course model's o_proj reads it
     scale = enc.head_dim ** -0.5
+
+    def encoder_builder(f):
+        if _writes_into_out(f):  # (B, H, T, D) views in and out; the output seen token-major again
+            return lambda: f(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, enc_out.transpose(1, 2),
+                             causal=False, precision=dot).transpose(1, 2)
+        return lambda: f(q, k, v, scale, causal=False, precision=dot)
+
     cases.append(("encoder self-attention", f"T={t} H={enc.num_heads} D={enc.head_dim} non-causal",
                   roofline.attention("encoder", "enc.attention", batch=1, q_heads=enc.num_heads, kv_heads=enc.num_heads,
                                      tq=t, tk=t, head_dim=enc.head_dim, e=e, causal=False),
                   lambda: F.scaled_dot_product_attention(qt, kt, vt),
-                  {"flash_attention": lambda f: (lambda: f(q, k, v, scale, causal=False, precision=dot)),
+                  {"flash_attention": encoder_builder,
                    "encoder_attention": lambda f: (lambda: f(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                              scale, enc_out.transpose(1, 2), precision=dot)
                                                    .transpose(1, 2))},
@@ -108,13 +130,13 @@ def attention_cases(cfg, seq_len: int, args, device, dtype):
     qp = rnd(1, seq_len, dec.num_heads, dec.head_dim)
     qpt = qp.transpose(1, 2).contiguous()
     kv_start = torch.zeros(1, dtype=torch.int32, device=device)
-    k_tok = kc[:, :, :seq_len].transpose(1, 2).contiguous()
-    v_tok = vc[:, :, :seq_len].transpose(1, 2).contiguous()
+    prefill_out = torch.empty_like(qpt)
 
     def prefill_builder(f):
-        if "kv_layout" in inspect.signature(f).parameters:
-            return lambda: f(qp, kc, vc, d_scale, causal=True, precision=dot, kv_start=kv_start, kv_layout="bhtd")
-        return lambda: f(qp, k_tok, v_tok, d_scale, causal=True, precision=dot, kv_start=kv_start)
+        if _writes_into_out(f):
+            return lambda: f(qp.transpose(1, 2), kc[:, :, :seq_len], vc[:, :, :seq_len], d_scale, prefill_out,
+                             causal=True, precision=dot, kv_start=kv_start).transpose(1, 2)
+        return lambda: f(qp, kc, vc, d_scale, causal=True, precision=dot, kv_start=kv_start, kv_layout="bhtd")
 
     prefill_counters = torch.tensor([0, seq_len], dtype=torch.int32, device=device)
     decode_counters = torch.tensor([seq_len - 1, seq_len], dtype=torch.int32, device=device)
@@ -136,13 +158,20 @@ def attention_cases(cfg, seq_len: int, args, device, dtype):
     qd = rnd(1, 1, dec.num_heads, dec.head_dim)
     qdt = qd.transpose(1, 2).contiguous()
     valid = torch.tensor([seq_len], dtype=torch.int32, device=device)
+    decode_out = torch.empty(1, dec.num_heads, dec.head_dim, device=device, dtype=dtype)
+
+    def decode_builder(f):
+        if _writes_into_out(f):  # q and out (B, H, D): one token, no time axis
+            return lambda: f(qd[:, 0], kc, vc, valid, kv_start, d_scale, decode_out, precision=dot)[:, None]
+        return lambda: f(qd, kc, vc, valid, kv_start, d_scale, precision=dot)
+
     cases.append(("decode attention (1 token)", f"KV={seq_len} (cache {cache_len}) Hq={dec.num_heads} "
                   f"Hkv={dec.num_kv_heads} D={dec.head_dim}",
                   roofline.attention("decode", "dec.attention", batch=1, q_heads=dec.num_heads,
                                      kv_heads=dec.num_kv_heads, tq=1, tk=seq_len, head_dim=dec.head_dim, e=e,
                                      causal=True),
                   lambda: F.scaled_dot_product_attention(qdt, kc[:, :, :seq_len], vc[:, :, :seq_len], enable_gqa=True),
-                  {"decode_attention": lambda f: (lambda: f(qd, kc, vc, valid, kv_start, d_scale, precision=dot)),
+                  {"decode_attention": decode_builder,
                    "decoder_attention": course_builder(qdt, decode_counters, False, cache_len)}, _bthd_to_bhtd))
     return cases
 
@@ -189,8 +218,7 @@ def linear_cases(cfg, seq_len: int, args, device, dtype):
             def torch_fn(x=x, w=w, b=b, act=act):
                 y = F.linear(x, w, b)
                 return F.gelu(y) if act == "gelu" else y
-            builders = {"linear": lambda f, x=x, w=w, b=b, act=act: (lambda: f(x, w, b, activation=act,
-                                                                             input_precision=dot))}
+            builders = {"linear": lambda f, x=x, w=w, b=b, act=act: _fast_linear(f, x, w, b, act, dot)}
             if act is None:  # the course kernel has no fused epilogue: it times the plain products
                 builders["linear_tf32"] = lambda f, x=x, w=w, b=b: (lambda: f(x, w, b, precision=dot))
         shape = f"M={M} N={2 * N if act == 'swiglu' else N} K={K}" + (" +bias" if bias else "")

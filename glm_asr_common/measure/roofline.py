@@ -473,3 +473,17 @@ def assess(flops: float | None, nbytes: float | None, seconds: float, calls: int
 def floor_seconds(flops: float, nbytes: float, peaks: Peaks, dtype: str) -> float:
     """The roofline floor: the time the slower of the two roofs needs for this work."""
     return max(flops / peaks.flops_for(dtype), nbytes / peaks.bandwidth)
+
+
+def transcription_floor(cfg: ModelConfig, inputs, tokens: int, dtype: str, peaks: Peaks) -> dict:
+    """FLOPs, bytes and the floor time (ms) of one transcription of ``inputs`` (an ASRInputs) that makes
+    ``tokens`` tokens. Its phases run one after another, each on the last one's output, so the floor
+    is the sum of the phases' own floors: the compute-bound encoder's, the memory-bound prefill's and
+    decode steps' (on the real model the whole transcription's FLOPs and bytes each alone give less)."""
+    ops = transcription_ops(cfg, windows=inputs.input_features.shape[0], mel_frames=inputs.input_features.shape[-1],
+                            prompt_len=inputs.input_ids.shape[1], decode_steps=max(tokens - 1, 0), dtype=dtype,
+                            batch=inputs.batch_size)
+    flops, nbytes = totals(ops)
+    phases = dict.fromkeys(op.phase for op in ops)
+    floor = sum(floor_seconds(*totals(ops, phase=phase), peaks, dtype) for phase in phases)
+    return {"flops": flops, "bytes": nbytes, "floor_ms": floor * 1000}

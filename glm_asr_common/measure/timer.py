@@ -92,6 +92,12 @@ def time_until_stable(fn, device: str, *, min_runs: int, max_runs: int, relative
     return times
 
 
+def spread(times: list[float]) -> dict:
+    """Timed runs as a result's fields: the runs, their mean and standard deviation (0 for one run)."""
+    return {"runs_ms": times, "mean_ms": statistics.fmean(times),
+            "std_ms": statistics.stdev(times) if len(times) > 1 else 0.0}
+
+
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     """(q1, median, q3); one value gives it three times."""
     if len(values) < 2:

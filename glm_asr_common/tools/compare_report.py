@@ -33,11 +33,11 @@ import importlib
 import importlib.util
 import io
 import json
-import statistics
 from dataclasses import asdict
 from pathlib import Path
 
 from ..measure import plots, roofline
+from ..measure.timer import spread
 from ..course import self_check
 from ..course import todo_kernels
 from .command_line import release, time_runs
@@ -83,9 +83,9 @@ def unfinished_run(todo: todo_kernels.KernelTodo) -> dict:
 
 
 def e2e_row(label: str, what: str, runs: list[float], tokens: list[int]) -> dict:
-    return {"label": label, "what": what, "runs_ms": runs, "mean_ms": statistics.fmean(runs),
-            "std_ms": statistics.stdev(runs) if len(runs) > 1 else 0.0, "tokens": len(tokens),
-            "ms_per_token": statistics.fmean(runs) / max(len(tokens), 1), "token_ids": tokens}
+    times = spread(runs)
+    return {"label": label, "what": what, **times, "tokens": len(tokens),
+            "ms_per_token": times["mean_ms"] / max(len(tokens), 1), "token_ids": tokens}
 
 
 def measure_others(session, args, solution: str, log=print) -> list[dict]:
@@ -114,17 +114,6 @@ def measure_others(session, args, solution: str, log=print) -> list[dict]:
     del model
     release(device)
     return rows
-
-
-def roofline_floor(session, tokens: int, peaks) -> dict:
-    """FLOPs, bytes and the floor time of one transcription of ``tokens`` tokens on this device."""
-    cfg, inputs = session.checkpoint.config, session.inputs
-    ops = roofline.transcription_ops(cfg, windows=inputs.input_features.shape[0],
-                                     mel_frames=inputs.input_features.shape[-1], prompt_len=inputs.input_ids.shape[1],
-                                     decode_steps=max(tokens - 1, 0), dtype=session.precision.name)
-    flops, nbytes = roofline.totals(ops)
-    floor = roofline.floor_seconds(flops, nbytes, peaks, session.precision.name)
-    return {"flops": flops, "bytes": nbytes, "floor_ms": floor * 1000}
 
 
 def pair_kernel_rows(student: list[dict], solution: list[dict]) -> list[dict]:
@@ -178,6 +167,12 @@ def run_header(session) -> dict:
             "device": roofline.device_name(session.device), "precision": session.precision.name,
             "precision_description": session.precision_description, "model": session.checkpoint.description,
             "audio_seconds": session.audio_seconds, "cpu_defaults": session.cpu_defaults}
+
+
+def roofline_floor(session, tokens: int, peaks) -> dict:
+    """The roofline floor (flops, bytes, floor_ms) of one transcription of the session's inputs making
+    ``tokens`` tokens, in its precision, at the measured ``peaks``."""
+    return roofline.transcription_floor(session.checkpoint.config, session.inputs, tokens, session.precision.name, peaks)
 
 
 def add_floor(row: dict, floor: dict):

@@ -1,0 +1,102 @@
+"""Registers and spills of Triton fast-path kernels compiled for an H100 (sm_90a) on any machine.
+
+    python tests/triton_sm90.py        (prints one JSON object: {launch: {"registers": n, "spill_bytes": n}})
+
+Run without TRITON_INTERPRET (the interpreter's kernels cannot be compiled): triton.compile lowers a
+kernel for the target named here, and ptxas -v, the assembler Triton itself runs, reports what each
+thread gets. Each launch is compiled with the tiles its launcher picks on a GPU at the model's shapes,
+in IEEE fp32, where tl.dot runs as FMAs and holds its operand slices in registers (_triton_compat.fma_dot).
+"""
+
+import inspect
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.backends.nvidia.compiler import get_ptxas  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from glm_asr_triton_example import conv, fast_attention, fast_head, fast_linear  # noqa: E402
+
+H100 = GPUTarget("cuda", 90, 32)
+FP32 = torch.float32
+
+
+def compile_stats(kernel, constexprs: dict, *, num_warps: int, num_stages: int, floats=(), int_ptrs=()) -> dict:
+    """Compile ``kernel`` for the H100 with ``constexprs``; every other argument named *_ptr is an fp32
+    pointer (int32 where in ``int_ptrs``), every one in ``floats`` an fp32 scalar, the rest int32."""
+    signature = {}
+    for name in inspect.signature(kernel.fn).parameters:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            signature[name] = "*i32" if name in int_ptrs else "*fp32"
+        else:
+            signature[name] = "fp32" if name in floats else "i32"
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs), target=H100,
+                              options=dict(num_warps=num_warps, num_stages=num_stages))
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = Path(tmp) / "kernel.ptx"
+        ptx.write_text(compiled.asm["ptx"])
+        report = subprocess.run([get_ptxas(H100.arch).path, "-v", "--gpu-name=sm_90a", str(ptx), "-o",
+                                 str(ptx.with_suffix(".cubin"))], capture_output=True, text=True, check=True).stderr
+    return {"registers": int(re.search(r"Used (\d+) registers", report).group(1)),
+            "spill_bytes": int(re.search(r"(\d+) bytes spill stores", report).group(1))}
+
+
+def linear_stats(M: int, N: int, K: int, *, gated=False, gelu=False) -> dict:
+    kind, cfg = fast_linear._linear_config(M, N, K, FP32, gated, 132, fma=True)
+    assert kind == "gemm", kind
+    cfg = dict(cfg)
+    warps, stages = cfg.pop("num_warps"), cfg.pop("num_stages")
+    return compile_stats(fast_linear.fused_linear_kernel, dict(cfg, APPLY_GELU=gelu, GATED=gated,
+                                                               INPUT_PRECISION="ieee", PDL=True),
+                         num_warps=warps, num_stages=stages)
+
+
+def flash_stats(head_dim: int, causal: bool) -> dict:
+    block_m, block_n, warps, stages = fast_attention._flash_config(head_dim, FP32, "ieee")
+    return compile_stats(fast_attention.flash_attention_kernel,
+                         dict(CAUSAL=causal, HAS_KV_START=causal, HEAD_DIM=head_dim, BLOCK_D=head_dim,
+                              BLOCK_M=block_m, BLOCK_N=block_n, INPUT_PRECISION="ieee", PDL=True),
+                         num_warps=warps, num_stages=stages, floats=("qk_scale",), int_ptrs=("kv_start_ptr",))
+
+
+def lm_head_stats() -> dict:
+    cfg = dict(fast_head._lm_head_config(FP32, "ieee"))
+    warps, stages = cfg.pop("num_warps"), cfg.pop("num_stages")
+    return compile_stats(fast_head.lm_head_argmax_kernel, dict(cfg, INPUT_PRECISION="ieee", PDL=True, BLOCK_BANNED=4),
+                         num_warps=warps, num_stages=stages, int_ptrs=("banned_ptr", "suppress_ptr", "idx_ptr"))
+
+
+def conv_stats(stride: int) -> dict:
+    block_t, block_co, block_ci, warps, stages = conv._conv_config(FP32, "ieee")
+    return compile_stats(conv.conv1d_kernel, dict(STRIDE=stride, APPLY_GELU=True, INPUT_PRECISION="ieee",
+                                                  BLOCK_T=block_t, BLOCK_CO=block_co, BLOCK_CI=block_ci, PDL=True),
+                         num_warps=warps, num_stages=stages)
+
+
+# The IEEE fp32 launches of one transcription whose tiles hold the most registers.
+LAUNCHES = {
+    "encoder fc1 (1500 x 1280 -> 5120, GELU)": lambda: linear_stats(1500, 5120, 1280, gelu=True),
+    "encoder fc2 (1500 x 5120 -> 1280)": lambda: linear_stats(1500, 1280, 5120),
+    "prefill gate|up (59 x 2048 -> 2 x 6144)": lambda: linear_stats(59, 6144, 2048, gated=True),
+    "long prompt gate|up (3765 x 2048 -> 2 x 6144)": lambda: linear_stats(3765, 6144, 2048, gated=True),
+    "encoder flash attention (head 64)": lambda: flash_stats(64, causal=False),
+    "prefill flash attention (head 128, causal)": lambda: flash_stats(128, causal=True),
+    "greedy head (lm_head + argmax)": lm_head_stats,
+    "conv2 (stride 2, GELU)": lambda: conv_stats(2),
+}
+
+
+if __name__ == "__main__":
+    print(json.dumps({name: stats() for name, stats in LAUNCHES.items()}))
