@@ -114,7 +114,7 @@ def main():
                       f"fp32 ids == transformers: {row['fp32_ids_equal']}  bf16 {ms:8.1f} ms  "
                       f"RTF {row['real_time_factor']:.4f}  peak {row['peak_gib']:.1f} GiB  (first calls: IEEE fp32 "
                       f"{fp32_s:.1f} s, bf16 with compiling and capture {first_call_s:.1f} s)", flush=True)
-            del exact, fast
+            exact = fast = None  # both models freed before the next track loads its own
             torch.cuda.empty_cache()
     if args.json:
         Path(args.json).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
