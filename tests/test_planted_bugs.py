@@ -2,11 +2,9 @@
 
 Each bug is a small edit of the example's kernel, applied to a fresh copy of the track (the filled
 template under a package name of its own); the copy's self-check cases for that kernel
-(glm_asr_common.course.kernel_cases, as ``python layers.py KERNEL`` runs them) must report a FAIL row. A
-bug marked ``escapes_on_cpu`` must pass on a CPU instead, so that README's list of what a laptop
-cannot catch stays true; on a GPU every bug must be caught (``pytest tests/test_planted_bugs.py -k
-escapes`` runs just those there). One bug per track also runs as the student would, as a script,
-which must exit 1 naming the failure.
+(glm_asr_common.course.kernel_cases, as ``python layers.py KERNEL`` runs them) must report a FAIL row,
+on a CPU and on a GPU alike. One bug per track also runs as the student would, as a script, which
+must exit 1 naming the failure.
 """
 
 import importlib
@@ -17,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from glm_asr_common.course import self_check
 from planted_bugs import PLANTED
@@ -25,9 +22,6 @@ from planted_bugs import PLANTED
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "utils"))
 import make_template  # noqa: E402
-
-ON_GPU = torch.cuda.is_available()
-
 
 @pytest.fixture(scope="module")
 def planted_root(tmp_path_factory):
@@ -51,7 +45,7 @@ def plant(root: Path, track: str, index: int, bug) -> str:
 
 
 CASES = [(track, i, b) for track, bugs in PLANTED.items() for i, b in enumerate(bugs)]
-CASE_IDS = [f"{t}-{b.kernel}-{b.what}" + ("-escapes-cpu" if b.escapes_on_cpu else "") for t, _, b in CASES]
+CASE_IDS = [f"{t}-{b.kernel}-{b.what}" for t, _, b in CASES]
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # exp overflows that some bugs cause on purpose
@@ -62,10 +56,7 @@ def test_planted_bug_is_caught_by_its_self_check(planted_root, track, index, bug
         check = self_check.run_cases(track_view, bug.file, [bug.kernel])
     failed = [row for row in check.rows if row.status == "FAIL"]
     assert check.rows and all(row.status in ("PASS", "FAIL") for row in check.rows), capsys.readouterr().out
-    if bug.escapes_on_cpu and not ON_GPU:
-        assert not failed, f"{bug.id} is caught on a CPU now: drop its escapes_on_cpu note (and README's line)"
-    else:
-        assert failed, f"{bug.id} passed every case of {bug.kernel}:\n{capsys.readouterr().out}"
+    assert failed, f"{bug.id} passed every case of {bug.kernel}:\n{capsys.readouterr().out}"
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -81,7 +72,7 @@ def test_unplanted_filled_template_passes_every_case(planted_root, track, capsys
 
 @pytest.mark.parametrize("track", PLANTED)
 def test_planted_bug_fails_the_script_with_exit_1(planted_root, track):
-    bug = next(b for b in PLANTED[track] if not b.escapes_on_cpu)
+    bug = PLANTED[track][0]
     package = plant(planted_root, track, 1000, bug)
     result = subprocess.run([sys.executable, str(planted_root / package / f"{bug.file}.py"), bug.kernel],
                             capture_output=True, text=True, timeout=300,
@@ -94,8 +85,8 @@ def test_planted_bug_fails_the_script_with_exit_1(planted_root, track):
 def test_every_course_kernel_has_planted_bugs():
     for track, bugs in PLANTED.items():
         kernels = importlib.import_module(f"glm_asr_{track}_example").STUDENT_KERNELS
-        caught = {b.kernel for b in bugs if not b.escapes_on_cpu}
-        assert caught == set(kernels), f"{track}: kernels without a planted bug: {set(kernels) - caught}"
+        planted = {b.kernel for b in bugs}
+        assert planted == set(kernels), f"{track}: kernels without a planted bug: {set(kernels) - planted}"
 
 
 def test_readme_counts_the_planted_bugs():
@@ -104,6 +95,5 @@ def test_readme_counts_the_planted_bugs():
     total = sum(len(bugs) for bugs in PLANTED.values())
     assert f"`tests/planted_bugs.py` holds {total} typical wrong" in readme
     for track, label in (("triton", "Triton (interpreter)"), ("cutile", "cuTile (emulator)")):
-        bugs = PLANTED[track]
-        caught = sum(not b.escapes_on_cpu for b in bugs)
-        assert f"| {label} | {len(bugs)} | {caught} |" in readme, f"README's {label} row is stale"
+        count = len(PLANTED[track])
+        assert f"| {label} | {count} | {count} |" in readme, f"README's {label} row is stale"

@@ -11,7 +11,16 @@ _triton_compat's round_to and dot.)
    has patched it already: half the CPU time of an interpreted transcription. A helper whose only
    view of the language is its module's ``tl`` skips that. (No upstream issue: the interpreter is
    written for correctness, not speed.)
+3. The interpreter multiplies fp32 tiles in IEEE fp32 whatever ``input_precision`` asks, where a GPU
+   rounds each operand to TF32 (10 mantissa bits) for "tf32", tl.dot's default: a kernel that drops
+   ``input_precision=INPUT_PRECISION`` would pass every IEEE-fp32 check on a CPU and fail them on a
+   GPU. Operands of a "tf32" dot are rounded to TF32 here (to nearest, ties away from zero, like
+   cvt.rna.tf32.f32; a tensor core's own reading of fp32 as TF32 may differ in the last bit, not in
+   the size of the error, which is what the checks judge). (Upstream the interpreter's dot is exact
+   by design; no issue.)
 """
+
+import numpy as np
 
 from triton.language import core as language_core
 
@@ -20,6 +29,7 @@ def apply_fixes() -> None:
     """Patch the interpreter in this process (idempotent)."""
     _patch_scalar_index()
     _skip_repatching_in_helper_calls()
+    _round_tf32_dot_operands()
 
 
 def _patch_scalar_index():
@@ -56,3 +66,29 @@ def _skip_repatching_in_helper_calls():
             raise interpreter.InterpreterError(repr(e)) from e
 
     interpreter.InterpretedFunction.__call__ = call
+
+
+def round_to_tf32(values: np.ndarray) -> np.ndarray:
+    """fp32 values rounded to TF32's 10 mantissa bits, to nearest with ties away from zero;
+    infinities and NaNs stay what they are."""
+    bits = values.astype(np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(values), rounded, values).astype(np.float32)
+
+
+def _round_tf32_dot_operands():
+    from triton._C.libtriton import ir
+    from triton.runtime import interpreter
+
+    create_dot = interpreter.InterpreterBuilder.create_dot
+    if getattr(create_dot, "_rounds_tf32", False):
+        return
+
+    def patched(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if input_precision == ir.INPUT_PRECISION.TF32 and a.data.dtype == np.float32 and b.data.dtype == np.float32:
+            a = interpreter.TensorHandle(round_to_tf32(a.data), a.dtype)
+            b = interpreter.TensorHandle(round_to_tf32(b.data), b.dtype)
+        return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    patched._rounds_tf32 = True
+    interpreter.InterpreterBuilder.create_dot = patched
