@@ -22,6 +22,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from glm_asr_triton_example import fast_head, fast_linear, glue, layers  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() and not layers.INTERPRET else "cpu"
 BF16, FP32 = torch.bfloat16, torch.float32
@@ -434,3 +436,34 @@ def test_argmax_rows_ties_and_suppress(dtype):
     assert out.tolist() == [17, 4097, 0]
     glue.argmax_rows(logits, banned, flag(1), out)
     assert out.tolist() == [17, 4999, 3000]
+
+
+@triton.jit
+def _dot_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                INPUT_PRECISION: tl.constexpr):
+    m, n, k = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(a_ptr + m[:, None] * K + k[None, :])
+    b = tl.load(b_ptr + k[:, None] * N + n[None, :])
+    tl.store(c_ptr + m[:, None] * N + n[None, :], tl.dot(a, b, input_precision=INPUT_PRECISION))
+
+
+def tf32_by_frexp(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to 11 significant bits (TF32), to nearest with ties away from zero, by mantissa and exponent."""
+    mantissa, exponent = torch.frexp(x.double())  # |mantissa| in [0.5, 1): 11 bits are multiples of 2^-11
+    scaled = mantissa * 2.0**11
+    return (torch.sign(scaled) * torch.floor(scaled.abs() + 0.5) * 2.0**-11 * 2.0**exponent.double()).float()
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter's dot; a GPU's tensor cores do this themselves")
+def test_interpreter_tf32_dot_rounds_its_operands_and_ieee_does_not(gen):
+    """Under the interpreter a "tf32" dot multiplies TF32-rounded operands (GPU-like), an "ieee" one exact fp32."""
+    a, b = rand(gen, 16, 32), rand(gen, 32, 16)
+    a[0, :4] = torch.tensor([1 + 2**-11, 1 + 3 * 2**-12, -(1 + 2**-11), 2**-140])  # ties, near-tie, a denormal
+    results = {}
+    for precision in ("tf32", "ieee"):
+        results[precision] = torch.full((16, 16), float("nan"))
+        _dot_kernel[(1,)](a, b, results[precision], 16, 16, 32, precision)
+    assert torch.allclose(results["ieee"], (a.double() @ b.double()).float(), rtol=1e-6, atol=1e-6)
+    expected_tf32 = tf32_by_frexp(a).double() @ tf32_by_frexp(b).double()
+    assert torch.allclose(results["tf32"].double(), expected_tf32, rtol=1e-6, atol=1e-6)
+    assert (results["tf32"] - results["ieee"]).abs().max() > 1e-4  # visibly not IEEE
