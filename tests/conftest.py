@@ -24,8 +24,26 @@ for _p in (str(REPO_ROOT), str(TESTS_DIR), str(REPO_ROOT / "utils")):
         sys.path.insert(0, _p)
 
 
+# `pytest -m "not slow"` is the quick suite for a student editing one kernel: the kernels against torch,
+# the case tables, the runtimes, the package's rules. Slow: whole models end to end, the grader,
+# Slurm, the browser, and compiling every cuTile signature for sm_90.
+SLOW_MODULES = {
+    "test_awkward_shapes", "test_benchmark_cli", "test_benchmark_detailed", "test_browser_demo",
+    "test_class_grading", "test_cupy_model", "test_cutile_course_path", "test_demo", "test_forward_ops",
+    "test_full_width", "test_gpu_fastpath_tool", "test_gpu_parity_tool", "test_grading", "test_parity",
+    "test_planted_bugs", "test_quick_start", "test_slurm", "test_slurm_offline", "test_template",
+    "test_cutile_template", "test_course_model",
+}
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running test (deselect with -m 'not slow')")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__ in SLOW_MODULES or "sm_90" in item.name:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""utils/gpu_check.sh's fastpath part on a CPU: transformers' anchors (reference.hf_model.time_generate),
+"""utils/gpu_check.sh's fastpath part on a CPU: transformers' anchors (measure.transformers_anchor.time_generate),
 utils/gpu_fastpath.py at a tiny checkpoint's size, and the summary's tables (utils/gpu_summary.py) from it, from
 a stored H100 report and from made-up micro-benchmarks."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from glm_asr_common.model.audio import load_audio
 from glm_asr_common.model.precision import PRECISIONS
-from glm_asr_common.reference.hf_model import time_generate
+from glm_asr_common.measure.transformers_anchor import time_generate
 from parity import hf_generate, hf_model, inputs_for, track_model
 
 import gpu_summary

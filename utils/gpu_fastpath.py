@@ -17,7 +17,7 @@ checkpoint's on a CPU), the test clip, --tokens tokens forced (13: the prefill's
              takes up to seconds a transcription): mean ± std (glm_asr_common.measure.timer: CUDA events on a GPU),
              the fraction of the floor reached, the ids
   --anchors  transformers' GlmAsrForConditionalGeneration on the same weights in bf16, each setting timed the same
-             way (reference.hf_model.time_generate): eager (sdpa, dynamic cache), static (static cache), compiled
+             way (measure.transformers_anchor.time_generate): eager (sdpa, dynamic cache), static (static cache), compiled
              (static cache and torch.compile of the decode step in --compile-mode; its first call, the
              compilation, is printed on its own)
 
@@ -43,7 +43,8 @@ from glm_asr_common.model.checkpoint import default_config_dict, random_weights 
 from glm_asr_common.model.config import ModelConfig  # noqa: E402
 from glm_asr_common.model.frontend import prepare_inputs  # noqa: E402
 from glm_asr_common.model.precision import PRECISIONS  # noqa: E402
-from glm_asr_common.reference.hf_model import build, time_generate  # noqa: E402
+from glm_asr_common.measure.transformers_anchor import time_generate  # noqa: E402
+from glm_asr_common.reference.hf_model import build  # noqa: E402
 from glm_asr_common.tools.command_line import release  # noqa: E402
 from glm_asr_common.tools.tracks import REPO_ROOT, import_track, use_device  # noqa: E402
 

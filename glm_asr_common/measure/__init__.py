@@ -8,4 +8,5 @@
     breakdown   benchmark_detailed's measurements of one transcription and its report
     micro       benchmark_detailed's attention / linear micro-benchmarks
     plots       every plot
+    transformers_anchor  transformers' own transcription timed as a speed anchor (eager, static cache, compiled)
 """
