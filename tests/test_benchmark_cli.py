@@ -165,7 +165,7 @@ def test_cpu_defaults_are_few_tokens_one_run_and_say_so(tiny_ckpt, capsys):
 
 
 @pytest.mark.parametrize("folder, path, runner", [
-    ("glm_asr_triton_example", "course", "the Triton interpreter multiplies in IEEE fp32, so the results are fp32's"),
+    ("glm_asr_triton_example", "course", "the Triton interpreter rounds matmul operands to TF32 as they would"),
     ("glm_asr_cutile_example", "course", "the cuTile emulator rounds matmul operands to TF32 as they would"),
     ("glm_asr_scratch", "course", "PyTorch multiplies in IEEE fp32, so the results are fp32's"),
     ("glm_asr_cutile_example", "cupy", "NumPy multiplies in IEEE fp32, so the results are fp32's"),

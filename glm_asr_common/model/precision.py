@@ -6,9 +6,9 @@
     fp32   IEEE fp32 throughout, no TF32 anywhere: the precision whose results are comparable, token
            for token, with transformers' fp32 model (run with TF32 off).
 
-tf32 is the default on a GPU, fp32 on a CPU: a CPU has no tensor cores, and there the Triton
-interpreter, PyTorch and NumPy multiply fp32 in IEEE whatever was asked (the cuTile emulator alone
-rounds operands to TF32, as the tensor cores would).
+tf32 is the default on a GPU, fp32 on a CPU: a CPU has no tensor cores; there the cuTile emulator
+and Triton's interpreter (with the course's fix) round tf32 operands as the tensor cores would, and
+PyTorch and NumPy multiply fp32 in IEEE whatever was asked.
 
 A kernel that multiplies fp32 tiles receives ``Precision.dot`` ("tf32" or "ieee") as a compile-time
 argument, so one process can hold models of different precisions side by side (the demo does).

@@ -218,15 +218,16 @@ def refuse_interpreted_full_size(args, folder: str, path: str):
 
 def precision_description(precision: Precision, device: str, folder: str, path: str) -> str:
     """What ``precision`` is where the run happens. A CPU has no tensor cores: there tf32 is whatever the
-    CPU runtime makes of it (the cuTile emulator rounds matmul operands as tensor cores would; the Triton
-    interpreter, PyTorch and NumPy multiply in IEEE fp32)."""
+    CPU runtime makes of it (the cuTile emulator, and Triton's interpreter with the course's fix in
+    runtimes/triton_interpreter.py, round matmul operands as tensor cores would; PyTorch and NumPy
+    multiply in IEEE fp32)."""
     if device != "cpu" or precision.dot != "tf32" or precision.dtype != torch.float32:
         return precision.description
     runner = cpu_kernel_runner(folder, path)
-    if runner == "the cuTile emulator":
-        how = "the cuTile emulator rounds matmul operands to TF32 as they would"
+    if runner is not None:
+        how = f"{runner} rounds matmul operands to TF32 as they would"
     else:
-        how = f"{runner or ('NumPy' if path == 'cupy' else 'PyTorch')} multiplies in IEEE fp32, so the results are fp32's"
+        how = f"{'NumPy' if path == 'cupy' else 'PyTorch'} multiplies in IEEE fp32, so the results are fp32's"
     return f"fp32 weights and activations; a CPU has no tensor cores: {how}"
 
 
