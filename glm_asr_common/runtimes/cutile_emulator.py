@@ -44,6 +44,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..model.precision import TF32_ROUNDINGS, round_to_tf32
+
 _EMULATOR = "cuda.tile emulator"
 
 
@@ -197,28 +199,11 @@ class PaddingMode(enum.Enum):
 
 
 def _round_to_tf32(x: torch.Tensor, mode: RoundingMode) -> torch.Tensor:
-    """float32 values rounded to tfloat32's 10-bit mantissa (13 low bits cleared), in float32.
-    RN: to nearest, ties to even (cuTile's default, a F2FP.TF32 conversion on Hopper); RA: ties away
-    from zero; RZ: truncation. Inf and NaN pass through."""
-    bits = x.contiguous().view(torch.int32)
-    drop = 13
-    low = bits & ((1 << drop) - 1)
-    kept = bits & ~((1 << drop) - 1)
-    half = 1 << (drop - 1)
-    if mode is RoundingMode.RZ:
-        up = torch.zeros_like(bits, dtype=torch.bool)
-    elif mode is RoundingMode.RA:
-        up = low >= half
-    elif mode is RoundingMode.RN:
-        lsb = (bits >> drop) & 1
-        up = (low > half) | ((low == half) & (lsb == 1))
-    else:
+    """float32 values rounded to tfloat32 (model.precision.round_to_tf32): RN to nearest even (cuTile's
+    default), RA ties away from zero, RZ truncation."""
+    if mode.value not in TF32_ROUNDINGS:
         raise CutileEmulatorError(f"ct.astype to tfloat32 with rounding_mode={mode} is not supported")
-    # Adding one unit of the kept field carries into the exponent exactly as a rounding should; the
-    # sign bit sits apart, so magnitudes round symmetrically.
-    rounded = torch.where(up, kept + (1 << drop), kept)
-    special = ~torch.isfinite(x)
-    return torch.where(special, x, rounded.view(torch.float32))
+    return round_to_tf32(x, mode.value)
 
 
 def _convert(data: torch.Tensor, source: DType, target: DType, mode: RoundingMode | None) -> torch.Tensor:

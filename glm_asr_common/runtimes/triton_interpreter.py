@@ -21,8 +21,11 @@ _triton_compat's round_to and dot.)
 """
 
 import numpy as np
+import torch
 
 from triton.language import core as language_core
+
+from ..model.precision import round_to_tf32
 
 
 def apply_fixes() -> None:
@@ -68,14 +71,6 @@ def _skip_repatching_in_helper_calls():
     interpreter.InterpretedFunction.__call__ = call
 
 
-def round_to_tf32(values: np.ndarray) -> np.ndarray:
-    """fp32 values rounded to TF32's 10 mantissa bits, to nearest with ties away from zero;
-    infinities and NaNs stay what they are."""
-    bits = values.astype(np.float32).view(np.uint32)
-    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
-    return np.where(np.isfinite(values), rounded, values).astype(np.float32)
-
-
 def _round_tf32_dot_operands():
     from triton._C.libtriton import ir
     from triton.runtime import interpreter
@@ -86,9 +81,14 @@ def _round_tf32_dot_operands():
 
     def patched(self, a, b, d, input_precision, max_num_imprecise_acc):
         if input_precision == ir.INPUT_PRECISION.TF32 and a.data.dtype == np.float32 and b.data.dtype == np.float32:
-            a = interpreter.TensorHandle(round_to_tf32(a.data), a.dtype)
-            b = interpreter.TensorHandle(round_to_tf32(b.data), b.dtype)
+            a = interpreter.TensorHandle(_tf32_operand(a.data), a.dtype)
+            b = interpreter.TensorHandle(_tf32_operand(b.data), b.dtype)
         return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
 
     patched._rounds_tf32 = True
     interpreter.InterpreterBuilder.create_dot = patched
+
+
+def _tf32_operand(values: np.ndarray) -> np.ndarray:
+    """An fp32 operand rounded to TF32, to nearest with ties away from zero (cvt.rna.tf32.f32)."""
+    return round_to_tf32(torch.from_numpy(values), "nearest_away").numpy()
