@@ -32,7 +32,7 @@ SLOW_MODULES = {
     "test_class_grading", "test_cupy_model", "test_cutile_course_path", "test_demo", "test_forward_ops",
     "test_full_width", "test_gpu_fastpath_tool", "test_gpu_parity_tool", "test_grading", "test_parity",
     "test_planted_bugs", "test_quick_start", "test_slurm", "test_slurm_offline", "test_template",
-    "test_cutile_template", "test_course_model",
+    "test_course_model",
 }
 
 

@@ -1,6 +1,9 @@
-"""The student template, glm_asr_triton_template/, generated from the example by utils/make_template.py.
+"""The student templates, glm_asr_triton_template/ and glm_asr_cutile_template/, generated from their
+examples by utils/make_template.py.
 
-* The committed template is what the generator writes (while it still holds every TODO).
+* The committed templates are what the generator writes (while they still hold every TODO): the course
+  path only (no fast path, no CuPy baseline), eleven kernels declared TODO with signature and
+  docstring, everything else copied.
 * Filled from the example (``--filled``, a separate package in a temporary directory), greedy
   decoding matches transformers. (The course kernels' cases, on the template and on filled copies:
   tests/test_course_kernels.py and tests/test_planted_bugs.py.)
@@ -8,9 +11,11 @@
   the example course path's and transformers'; with all but one, the run stops naming that one, so
   every course kernel is on the model's path. Without the flag, the one-line error.
 
-Select with ``pytest tests -k template``. Without a GPU everything runs in the Triton interpreter.
+Select with ``pytest tests -k template``. Without a GPU everything runs in the Triton interpreter and the
+cuTile emulator.
 """
 
+import ast
 import json
 import os
 import re
@@ -41,6 +46,11 @@ TRACK_TEMPLATES = {"glm_asr_triton_template": ("glm_asr_triton_example", ""),
 DEV = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 
 
+def track_of(template: str) -> str:
+    """The kernel language of a template folder: "triton" or "cutile"."""
+    return template.split("_")[2]
+
+
 def template_todos(template: str = TEMPLATE) -> set[str]:
     """Kernels a template folder still declares with @student_kernel (all eleven until a student starts)."""
     found = set()
@@ -54,30 +64,56 @@ def template_todos(template: str = TEMPLATE) -> set[str]:
 # --------------------------------------------------------------------------------------------------
 
 
-def test_committed_template_is_what_make_template_generates(capsys):
-    if template_todos() != set(STUDENT_KERNELS):
+@pytest.mark.parametrize("template", TRACK_TEMPLATES)
+def test_committed_template_is_what_make_template_generates(template, capsys):
+    if template_todos(template) != set(STUDENT_KERNELS):
         pytest.skip("the template holds a student's kernels; the generator check guards the pristine template")
-    code = make_template.main(["--check"])
+    code = make_template.main(["--check", "--track", track_of(template)])
     out = capsys.readouterr().out
     assert code == 0, out
 
 
-def test_template_generator_output_shape():
-    files = make_template.render()
-    example = {p.name for p in (REPO / "glm_asr_triton_example").glob("*.py")}
-    fast_path = {name for name in example if name.startswith("fast_")}
-    assert fast_path and set(files) == (example - fast_path) | {"README.md"}
+@pytest.mark.parametrize("template", TRACK_TEMPLATES)
+def test_template_is_the_course_path_with_eleven_todo_kernels(template):
+    """Every example file but the fast path and the CuPy baseline, with each course kernel a signature and
+    its docstring under @student_kernel, and every other kernel written out; --filled keeps them all."""
+    example, track = TRACK_TEMPLATES[template][0], track_of(template)
+    files = make_template.render(track=track)
+    example_files = {p.name for p in (REPO / example).glob("*.py")}
+    not_course = {name for name in example_files if name.startswith(("fast_", "cupy_"))}
+    assert not_course and set(files) == (example_files - not_course) | {"README.md"}
+    kernel_decorator = {"triton": "triton.jit", "cutile": "ct.kernel"}[track]
+    declared = []
     for rel, text in files.items():
-        if rel.endswith(".py"):
-            assert "from .fast_" not in text and "import fast_" not in text, f"{rel} reaches the fast path"
-            assert text.startswith("# Generated from glm_asr_triton_example/"), rel
-            assert not re.search(r"^# (>>>|<<<) STUDENT KERNEL", text, re.M), rel
-            assert "glm_asr_triton_example" not in text.replace('reference="glm_asr_triton_example.', "").replace(
-                "# Generated from glm_asr_triton_example/", ""), rel
-    declared = re.findall(r'^@student_kernel\("(\w+)"', "".join(files.values()), re.M)
+        if not rel.endswith(".py"):
+            continue
+        assert not re.search(r"(from|import) \.?(fast_|cupy_)", text), f"{rel} reaches beyond the course path"
+        assert text.startswith(f"# Generated from {example}/"), rel
+        assert not re.search(r"^# (>>>|<<<) STUDENT KERNEL", text, re.M), rel
+        assert example not in text.replace(f'reference="{example}.', "").replace(f"# Generated from {example}/", ""), rel
+        for fn in ast.parse(text).body:
+            if not isinstance(fn, ast.FunctionDef) or not fn.decorator_list:
+                continue
+            decorators = [ast.unparse(d) for d in fn.decorator_list]
+            if decorators[0].startswith("student_kernel("):
+                declared.append(fn.name)
+                # The TODO: a signature and its docstring, no statement of the solution.
+                assert len(fn.body) == 1 and ast.get_docstring(fn), f"{rel}: {fn.name} has a body"
+                assert f"reference='{example}.{rel[:-3]}'" in decorators[0]
+            elif kernel_decorator in decorators:
+                assert fn.name not in STUDENT_KERNELS, f"{rel}: {fn.name} is written out in the template"
     assert sorted(declared) == sorted(STUDENT_KERNELS)
-    filled = make_template.render(FILLED, filled=True)
+    filled = make_template.render(f"glm_asr_{track}_filled", filled=True, track=track)
     assert "README.md" not in filled and not any("student_kernel" in t for t in filled.values())
+    written_out = f"@{kernel_decorator}\ndef "
+    assert sum(t.count(written_out) for t in filled.values()) == sum(
+        (REPO / example / rel).read_text().count(written_out) for rel in filled)
+
+
+def test_filled_package_name_picks_the_track(tmp_path):
+    assert make_template.main(["--filled", str(tmp_path), "--package", "glm_asr_cutile_filled"]) == 0
+    text = (tmp_path / "glm_asr_cutile_filled" / "layers.py").read_text()
+    assert "def linear_kernel_tf32(" in text and "ct.mma" in text
 
 
 def _example_copy(tmp_path, edit):
