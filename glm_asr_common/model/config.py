@@ -71,6 +71,16 @@ def _rope(section: dict, head_dim: int, default_partial: float) -> tuple[float, 
     return float(theta), int(head_dim * partial)
 
 
+def _transformer_sizes(section: dict, *, default_partial: float) -> dict:
+    """The sizes the encoder and the decoder share: widths, layers, heads, head_dim and the rotary part."""
+    heads = section["num_attention_heads"]
+    head_dim = section.get("head_dim") or section["hidden_size"] // heads
+    theta, rotary_dim = _rope(section, head_dim, default_partial)
+    return {"hidden_size": section["hidden_size"], "intermediate_size": section["intermediate_size"],
+            "num_layers": section["num_hidden_layers"], "num_heads": heads, "head_dim": head_dim,
+            "rope_theta": theta, "rotary_dim": rotary_dim}
+
+
 def _require(section: str, key: str, value, allowed):
     if value not in allowed:
         raise UserError(f"{section}.{key} = {value!r} is not supported (expected one of {sorted(allowed)})")
@@ -84,37 +94,15 @@ def _parse(cfg: dict) -> ModelConfig:
     _require("text_config", "attention_bias", t.get("attention_bias", False), {False})
     _require("text_config", "mlp_bias", t.get("mlp_bias", False), {False})
 
-    a_heads = a["num_attention_heads"]
-    a_head_dim = a.get("head_dim") or a["hidden_size"] // a_heads
     # transformers' GlmAsrEncoderConfig defaults partial_rotary_factor to 0.5; the Llama decoder to 1.0.
-    a_theta, a_rot = _rope(a, a_head_dim, 0.5)
-    encoder = EncoderConfig(
-        hidden_size=a["hidden_size"],
-        intermediate_size=a["intermediate_size"],
-        num_layers=a["num_hidden_layers"],
-        num_heads=a_heads,
-        head_dim=a_head_dim,
-        num_mel_bins=a.get("num_mel_bins", 128),
-        rope_theta=a_theta,
-        rotary_dim=a_rot,
-        max_positions=a.get("max_position_embeddings", 1500),
-    )
-    t_heads = t["num_attention_heads"]
-    t_head_dim = t.get("head_dim") or t["hidden_size"] // t_heads
-    t_theta, t_rot = _rope(t, t_head_dim, 1.0)
-    decoder = DecoderConfig(
-        vocab_size=t["vocab_size"],
-        hidden_size=t["hidden_size"],
-        intermediate_size=t["intermediate_size"],
-        num_layers=t["num_hidden_layers"],
-        num_heads=t_heads,
-        num_kv_heads=t.get("num_key_value_heads") or t_heads,
-        head_dim=t_head_dim,
-        rms_norm_eps=float(t["rms_norm_eps"]),
-        rope_theta=t_theta,
-        rotary_dim=t_rot,
-        max_positions=t.get("max_position_embeddings", 8192),
-    )
+    encoder = EncoderConfig(**_transformer_sizes(a, default_partial=0.5),
+                            num_mel_bins=a.get("num_mel_bins", 128),
+                            max_positions=a.get("max_position_embeddings", 1500))
+    decoder = DecoderConfig(**_transformer_sizes(t, default_partial=1.0),
+                            vocab_size=t["vocab_size"],
+                            num_kv_heads=t.get("num_key_value_heads") or t["num_attention_heads"],
+                            rms_norm_eps=float(t["rms_norm_eps"]),
+                            max_positions=t.get("max_position_embeddings", 8192))
     eos = t.get("eos_token_id", cfg.get("eos_token_id"))
     if eos is None:
         raise UserError("config.json names no eos_token_id (text_config.eos_token_id)")
