@@ -299,25 +299,22 @@ def _activation(kernel, shape, dtype=FP32, *, scale=3.0, shift=0.0, extremes=Fal
     return build
 
 
-case("gelu_kernel", "layers", "erf, not the tanh approximation", "3x1281 fp32", fp32_exact())(
-    _activation("gelu_kernel", (3, 1281)))
-case("gelu_kernel", "layers", "blocks past the first, ragged last one", "2^17+1000 fp32", fp32_exact())(
-    _activation("gelu_kernel", (2 ** 17 + 1000,)))
-case("gelu_kernel", "layers", "bf16: one rounding, at the store", "64x1281 bf16", BF16_FAITHFUL)(
-    _activation("gelu_kernel", (64, 1281), BF16))
-# One element near 1: alone, it is its own scale, and GELU's negative tail cancels in fp32.
-case("gelu_kernel", "layers", "smallest: one element", "1 fp32", fp32_exact())(_activation("gelu_kernel", (1,), scale=0.5, shift=1.0))
-case("gelu_kernel", "layers", "encoder MLP size", "1500x5120 bf16", BF16_FAITHFUL, model_size=True)(
-    _activation("gelu_kernel", (1500, 5120), BF16))
-case("silu_kernel", "layers", "overflow: x = +-1e4, -120, 90", "3x1281 fp32", fp32_exact())(
-    _activation("silu_kernel", (3, 1281), extremes=True))
-case("silu_kernel", "layers", "blocks past the first, ragged last one", "2^17+1000 fp32", fp32_exact())(
-    _activation("silu_kernel", (2 ** 17 + 1000,)))
-case("silu_kernel", "layers", "bf16: one rounding, at the store", "64x1281 bf16", BF16_FAITHFUL)(
-    _activation("silu_kernel", (64, 1281), BF16))
-case("silu_kernel", "layers", "smallest: one element", "1 fp32", fp32_exact())(_activation("silu_kernel", (1,), scale=0.5, shift=1.0))
-case("silu_kernel", "layers", "decoder MLP size", "512x6144 bf16", BF16_FAITHFUL, model_size=True)(
-    _activation("silu_kernel", (512, 6144), BF16))
+# Each activation's own first case, then the ones both share; the model-size case at the MLP each serves.
+ACTIVATION_CASES = (
+    ("gelu_kernel", "erf, not the tanh approximation", {}, "encoder MLP size", (1500, 5120)),
+    ("silu_kernel", "overflow: x = +-1e4, -120, 90", {"extremes": True}, "decoder MLP size", (512, 6144)),
+)
+for _kernel, _first_guard, _first_options, _model_guard, _model_shape in ACTIVATION_CASES:
+    case(_kernel, "layers", _first_guard, "3x1281 fp32", fp32_exact())(_activation(_kernel, (3, 1281), **_first_options))
+    case(_kernel, "layers", "blocks past the first, ragged last one", "2^17+1000 fp32", fp32_exact())(
+        _activation(_kernel, (2 ** 17 + 1000,)))
+    case(_kernel, "layers", "bf16: one rounding, at the store", "64x1281 bf16", BF16_FAITHFUL)(
+        _activation(_kernel, (64, 1281), BF16))
+    # One element near 1: alone, it is its own scale, and GELU's negative tail cancels in fp32.
+    case(_kernel, "layers", "smallest: one element", "1 fp32", fp32_exact())(
+        _activation(_kernel, (1,), scale=0.5, shift=1.0))
+    case(_kernel, "layers", _model_guard, "x".join(map(str, _model_shape)) + " bf16", BF16_FAITHFUL, model_size=True)(
+        _activation(_kernel, _model_shape, BF16))
 
 
 # ---- linear_kernel_tf32 ----
