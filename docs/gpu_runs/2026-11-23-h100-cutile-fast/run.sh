@@ -14,6 +14,16 @@ step() {  # step SECONDS COMMAND...
 bench() {  # bench FOLDER PATH PRECISION
     step 150 ./benchmark.sh "$1" "${BENCH[@]}" --path "$2" --precision "$3"
 }
+three_paths_compared() {  # three_paths_compared PARITY_SECONDS DETAILED_SECONDS: calls 2 and 3
+    bench glm_asr_cutile_example fast bf16
+    bench glm_asr_triton_example fast bf16
+    bench glm_asr_cutile_example cupy bf16
+    step "$1" python3 utils/gpu_parity.py --tracks glm_asr_cutile_example:fast,glm_asr_cutile_example:cupy \
+        --precisions fp32,bf16 --json "$OUT/parity.jsonl"
+    step "$2" python3 benchmark_detailed.py glm_asr_cutile_example --path fast --random-weights --precision bf16 \
+        --min-new-tokens 13 --max-new-tokens 13 --runs 3 --compare glm_asr_triton_example:fast \
+        --compare glm_asr_cutile_example:cupy --json "$OUT/detailed_bf16.json"
+}
 step 30 bash -c 'nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch, cupy, ml_dtypes, cuda.tile; print(torch.__version__, \"cupy\", cupy.__version__, \"ml_dtypes\", ml_dtypes.__version__, \"cuda.tile\", cuda.tile.__version__)"'
 case "${1:-}" in
     1)
@@ -28,24 +38,10 @@ case "${1:-}" in
         ;;
     2)
         step 30 python3 -c "import cupy._core._routines_linalg as l; print('cupy set_compute_type:', hasattr(l, 'set_compute_type'), 'TF32 constant:', getattr(l, 'COMPUTE_TYPE_TF32', None))"
-        bench glm_asr_cutile_example fast bf16
-        bench glm_asr_triton_example fast bf16
-        bench glm_asr_cutile_example cupy bf16
-        step 240 python3 utils/gpu_parity.py --tracks glm_asr_cutile_example:fast,glm_asr_cutile_example:cupy \
-            --precisions fp32,bf16 --json "$OUT/parity.jsonl"
-        step 200 python3 benchmark_detailed.py glm_asr_cutile_example --path fast --random-weights --precision bf16 \
-            --min-new-tokens 13 --max-new-tokens 13 --runs 3 --compare glm_asr_triton_example:fast \
-            --compare glm_asr_cutile_example:cupy --json "$OUT/detailed_bf16.json"
+        three_paths_compared 240 200
         ;;
     3)
-        bench glm_asr_cutile_example fast bf16
-        bench glm_asr_triton_example fast bf16
-        bench glm_asr_cutile_example cupy bf16
-        step 150 python3 utils/gpu_parity.py --tracks glm_asr_cutile_example:fast,glm_asr_cutile_example:cupy \
-            --precisions fp32,bf16 --json "$OUT/parity.jsonl"
-        step 150 python3 benchmark_detailed.py glm_asr_cutile_example --path fast --random-weights --precision bf16 \
-            --min-new-tokens 13 --max-new-tokens 13 --runs 3 --compare glm_asr_triton_example:fast \
-            --compare glm_asr_cutile_example:cupy --json "$OUT/detailed_bf16.json"
+        three_paths_compared 150 150
         ;;
     *) echo "usage: run.sh 1|2|3" >&2; exit 2 ;;
 esac
