@@ -361,7 +361,7 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
         # docs/performance.md). An FMA dot takes 128-byte steps (a gated one spills at 256).
         block_n = 32
         tiles = triton.cdiv(N, block_n)
-        split = 1 if tiles >= sms else min(4, triton.cdiv(2 * sms, tiles), K // 512)
+        split = 1 if tiles >= sms else max(1, min(4, triton.cdiv(2 * sms, tiles), K // 512))
         return "gemm", dict(BLOCK_M=64, BLOCK_N=block_n, BLOCK_K=(128 if fma else 256) // elem_bytes, GROUP_M=1,
                             SPLIT_K=split, num_warps=4, num_stages=3)
 

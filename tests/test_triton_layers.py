@@ -272,6 +272,22 @@ def test_gpu_table_sends_only_plain_tiles_to_tma(monkeypatch, dtype):
     assert kind == "gemm" and cfg["SPLIT_K"] > 1
 
 
+@pytest.mark.parametrize("fma", [False, True])
+def test_gpu_table_gives_a_launchable_config_at_every_shape(monkeypatch, fma):
+    """The GPU table (read here without a GPU) at the shapes of the kernel tests and awkward checkpoints too,
+    not only the model's: a known kernel and at least one K slice. (K under 512 once gave SPLIT_K = 0 for
+    M from 17 to 64, a division by zero on the GPU: the awkward checkpoints' Triton fast path.)"""
+    monkeypatch.setattr(fast_linear, "INTERPRET", False)
+    for M in (1, 2, 16, 17, 40, 64, 65, 300, 1500):
+        for N in (8, 80, 96, 2048, 59264):
+            for K in (16, 17, 24, 96, 511, 1280, 6144):
+                for dtype in (FP32, BF16):
+                    for gated in ((False, True) if M > 1 else (False,)):
+                        kind, cfg = fast_linear._linear_config(M, N, K, dtype, gated, 132, fma=fma and dtype == FP32)
+                        assert cfg["SPLIT_K"] >= 1, (M, N, K, dtype, gated, kind, cfg)
+                        assert kind in ("gemv", "gemm", "tma"), kind
+
+
 def test_gpu_table_gives_ieee_fp32_plain_tiles_of_the_course_size(monkeypatch):
     """IEEE fp32 (an FMA dot): the encoder's GEMMs on plain loads at the course kernel's 128 x 128 x 32 tile,
     never the TMA kernel, never a wider tile."""
