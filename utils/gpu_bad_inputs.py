@@ -6,12 +6,14 @@
 Each case runs ./benchmark.sh in its own process on a tiny checkpoint (built here, as the tests
 build theirs) with --device cuda, for every track path given: a missing, an empty and a non-audio
 file, a clip too short for one audio token, a pickle-only checkpoint, a tensor of the wrong shape,
-bad option values, a template kernel left TODO, an unknown kernel for --allow-reference and a
-report folder that does not exist. A case passes when the exit code is 2 and stderr is exactly one
-line starting "error: " that holds the expected words. One row per case, a count at the end.
+bad option values and a report folder that does not exist; then, in the template of each kernel
+language among the tracks, a kernel left TODO and an unknown kernel for --allow-reference. A case passes when the exit code is 2 and stderr is exactly one
+line starting "error: " that holds the expected words. One row per case, a count at the end. The
+cases run --jobs at a time (each process mostly starts Python and torch and stops at its error).
 """
 
 import argparse
+import concurrent.futures
 import shutil
 import subprocess
 import sys
@@ -63,8 +65,9 @@ def cases(tmp: Path, ckpt: Path) -> list[tuple[str, list[str], str]]:
         ("--max-new-tokens 0", [*model, "--max-new-tokens", "0"], "--max-new-tokens"),
         ("min > max tokens", [*model, "--min-new-tokens", "9", "--max-new-tokens", "3"], "exceeds"),
         ("--json in a missing folder", [*model, "--json", str(tmp / "no" / "out.json")], "does not exist"),
-        ("--report in a missing folder", [*model, "--compare", "--report", str(tmp / "no" / "sub" / "r")],
-         "does not exist"),
+        # --solution: a folder with no solution of its own (the PyTorch track) is graded against the example.
+        ("--report in a missing folder", [*model, "--compare", "--solution", "glm_asr_triton_example",
+                                          "--report", str(tmp / "no" / "sub" / "r")], "does not exist"),
     ]
 
 
@@ -80,6 +83,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tracks", default="glm_asr_triton_example:fast,glm_asr_triton_example:course")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--jobs", type=int, default=8, help="cases run at once (default 8)")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -87,20 +91,25 @@ def main() -> int:
         ckpt = build_tiny_checkpoint(tmp / "tiny")
         bad_inputs = cases(tmp, ckpt)  # written once, then tried on every track
         runs = [(track, *case) for track in args.tracks.split(",") for case in bad_inputs]
-        template_kernel = "rmsnorm_kernel"
-        runs.append(("glm_asr_triton_template", "template kernel left TODO", ["--model", str(ckpt)],
-                     "is a TODO"))
-        runs.append(("glm_asr_triton_template", "unknown --allow-reference kernel",
-                     ["--model", str(ckpt), "--allow-reference", f"{template_kernel},flash_kernel"], "flash_kernel"))
-        for track, name, argv, words in runs:
-            folder, _, path = track.partition(":")
-            code, out, err = run_case(folder, path or None, argv, args.device)
-            lines = err.strip().splitlines()
-            ok = (code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0]
-                  and "Traceback" not in out + err)
-            results.append(ok)
-            shown = lines[-1] if lines else "(no stderr)"
-            print(f"{'ok  ' if ok else 'FAIL'} {track:34s} {name:30s} exit {code}  {shown[:150]}", flush=True)
+        # The template of each kernel language among the tracks (the Triton one where none is named).
+        languages = [lang for lang in ("triton", "cutile") if f"glm_asr_{lang}_" in args.tracks] or ["triton"]
+        for template in (f"glm_asr_{lang}_template" for lang in languages):
+            runs.append((template, "template kernel left TODO", ["--model", str(ckpt)], "is a TODO"))
+            runs.append((template, "unknown --allow-reference kernel",
+                         ["--model", str(ckpt), "--allow-reference", "rmsnorm_kernel,flash_kernel"], "flash_kernel"))
+
+        def run(track_case):
+            folder, _, path = track_case[0].partition(":")
+            return run_case(folder, path or None, track_case[2], args.device)
+
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            for (track, name, _, words), (code, out, err) in zip(runs, pool.map(run, runs)):
+                lines = err.strip().splitlines()
+                ok = (code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0]
+                      and "Traceback" not in out + err)
+                results.append(ok)
+                shown = lines[-1] if lines else "(no stderr)"
+                print(f"{'ok  ' if ok else 'FAIL'} {track:34s} {name:30s} exit {code}  {shown[:150]}", flush=True)
     print(f"{sum(results)} of {len(results)} bad-input cases give one clear line and exit 2 on {args.device}")
     return 0 if all(results) else 1
 
