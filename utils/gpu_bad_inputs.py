@@ -7,9 +7,10 @@ Each case runs ./benchmark.sh in its own process on a tiny checkpoint (built her
 build theirs) with --device cuda, for every track path given: a missing, an empty and a non-audio
 file, a clip too short for one audio token, a pickle-only checkpoint, a tensor of the wrong shape,
 bad option values and a report folder that does not exist; then, in the template of each kernel
-language among the tracks, a kernel left TODO and an unknown kernel for --allow-reference. A case passes when the exit code is 2 and stderr is exactly one
-line starting "error: " that holds the expected words. One row per case, a count at the end. The
-cases run --jobs at a time (each process mostly starts Python and torch and stops at its error).
+language among the tracks, a kernel left TODO and an unknown kernel for --allow-reference. A case
+passes when the exit code is 2 and stderr is exactly one line starting "error: " that holds the
+expected words. One row per case, a count at the end. The cases run --jobs at a time (each process
+mostly starts Python and torch and stops at its error).
 """
 
 import argparse
