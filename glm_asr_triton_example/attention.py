@@ -24,7 +24,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
-from ._triton_compat import INTERPRET, dot, round_to, rows_per_program, warps_for_row  # noqa: E402
+from ._triton_compat import INTERPRET, batch_and_head, dot, round_to, rows_per_program, warps_for_row  # noqa: E402
 
 
 # >>> STUDENT KERNEL attention_scores_kernel
@@ -39,9 +39,9 @@ def attention_scores_kernel(q_ptr, k_ptr, s_ptr, n_heads, Tq, Tk, scale,
     q: (B, H, Tq, HEAD_DIM), k: (B, H, Tk, HEAD_DIM), given by their b / h / t strides (last dim
     contiguous; a stride may be 0, e.g. query heads sharing one kv head); s: (B, H, Tq, Tk) fp32,
     strides stride_sb / stride_sh / stride_sq.
-    Grid: (cdiv(Tq, BLOCK_M), B * H); program (i, bh) with b = bh // n_heads, h = bh % n_heads keeps
-    its BLOCK_M query rows in registers and sweeps the keys in BLOCK_N blocks, storing each
-    (BLOCK_M, BLOCK_N) tile of S.
+    Grid: (cdiv(Tq, BLOCK_M), B * H); program (i, bh), with b, h = batch_and_head(bh, n_heads)
+    (b = bh // n_heads, h = bh % n_heads), keeps its BLOCK_M query rows in registers and sweeps the
+    keys in BLOCK_N blocks, storing each (BLOCK_M, BLOCK_N) tile of S.
     CAUSAL: query m sees keys n <= m; store -inf above the diagonal (softmax turns it into 0).
     Masking: query rows >= Tq, key rows >= Tk and channels >= HEAD_DIM (BLOCK_D is HEAD_DIM rounded up
     to a power of two >= 16) load 0.0; only rows < Tq and keys < Tk are stored.
@@ -49,11 +49,8 @@ def attention_scores_kernel(q_ptr, k_ptr, s_ptr, n_heads, Tq, Tk, scale,
     Hint: this file's dot(q, tl.trans(k), None, INPUT_PRECISION) accumulates in fp32 (and handles bf16
     under the interpreter); multiply by scale after the dot.
     """
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // n_heads
-    h = pid_bh % n_heads
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    b, h = batch_and_head(tl.program_id(1), n_heads)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d[None, :] < HEAD_DIM
@@ -121,11 +118,8 @@ def attention_output_kernel(p_ptr, v_ptr, o_ptr, n_heads, Tq, Tk,
     does the same in bf16 (a no-op in fp32). Round the result once, at the store (round_to, not
     .to(): GUIDE.md#interpreter-traps).
     """
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // n_heads
-    h = pid_bh % n_heads
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    b, h = batch_and_head(tl.program_id(1), n_heads)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d[None, :] < HEAD_DIM

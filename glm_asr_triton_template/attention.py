@@ -26,7 +26,7 @@ import triton.language as tl  # noqa: E402
 from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
-from ._triton_compat import INTERPRET, dot, round_to, rows_per_program, warps_for_row  # noqa: E402
+from ._triton_compat import INTERPRET, batch_and_head, dot, round_to, rows_per_program, warps_for_row  # noqa: E402
 
 
 @student_kernel("attention_scores_kernel", reference="glm_asr_triton_example.attention", guide="GUIDE.md#attention_scores_kernel")
@@ -40,9 +40,9 @@ def attention_scores_kernel(q_ptr, k_ptr, s_ptr, n_heads, Tq, Tk, scale,
     q: (B, H, Tq, HEAD_DIM), k: (B, H, Tk, HEAD_DIM), given by their b / h / t strides (last dim
     contiguous; a stride may be 0, e.g. query heads sharing one kv head); s: (B, H, Tq, Tk) fp32,
     strides stride_sb / stride_sh / stride_sq.
-    Grid: (cdiv(Tq, BLOCK_M), B * H); program (i, bh) with b = bh // n_heads, h = bh % n_heads keeps
-    its BLOCK_M query rows in registers and sweeps the keys in BLOCK_N blocks, storing each
-    (BLOCK_M, BLOCK_N) tile of S.
+    Grid: (cdiv(Tq, BLOCK_M), B * H); program (i, bh), with b, h = batch_and_head(bh, n_heads)
+    (b = bh // n_heads, h = bh % n_heads), keeps its BLOCK_M query rows in registers and sweeps the
+    keys in BLOCK_N blocks, storing each (BLOCK_M, BLOCK_N) tile of S.
     CAUSAL: query m sees keys n <= m; store -inf above the diagonal (softmax turns it into 0).
     Masking: query rows >= Tq, key rows >= Tk and channels >= HEAD_DIM (BLOCK_D is HEAD_DIM rounded up
     to a power of two >= 16) load 0.0; only rows < Tq and keys < Tk are stored.
