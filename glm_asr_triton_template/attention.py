@@ -1,14 +1,21 @@
 # Generated from glm_asr_triton_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
-"""The course's attention kernels for GLM-ASR, in Triton: the textbook path, three launches,
-each above its launcher: attention_scores_kernel (S = Q K^T * scale in fp32, -inf above the
-diagonal when causal), softmax_inplace_kernel (P = softmax(S), over S's memory) and
-attention_output_kernel (O = P V). The course model (glm_asr_common/model/course_model.py) composes
-them: encoder_attention (scores, in-place softmax, P·V over the whole 30 s window) and
-decoder_attention (scores, glue.mask_scores, layers.py's softmax_kernel, P·V over the KV cache; GQA
-by a 0 head stride, no copies).
+"""The course's attention kernels for GLM-ASR, in Triton: the textbook path, three launches, each
+kernel above its launcher.
 
-The (…, Tq, Tk) scores go to memory and come back three times: fused flash attention (the example's
-fast path) never writes them. That difference is worth measuring.
+    attention_scores_kernel / attention_scores    S = Q K^T * scale in fp32, -inf above the diagonal
+                                                  when causal
+    softmax_inplace_kernel / softmax_inplace      P = softmax(S), written over S
+    attention_output_kernel / attention_output    O = P V
+
+Each (B, H, T, ...) operand reaches a kernel as a pointer and its batch, head and token strides (last
+dim contiguous), so a view into the fused q|k|v output or into the KV cache needs no copy, and a
+head stride of 0 lets several query heads read one kv head (GQA). The scores and output kernels run
+on a (query block, batch x head) grid; _triton_compat's batch_and_head splits the second axis. Where
+the course model calls them, in its encoder and decoder attention: GUIDE.md#where-the-model-uses-them.
+
+In the encoder the (..., Tq, Tk) fp32 scores cross memory four times (written, read and rewritten
+by the softmax, read by P V); the example's fast path, fused flash attention, never writes them.
+That difference is worth measuring.
 
 Self-check: python glm_asr_triton_template/attention.py  (without a GPU: the Triton interpreter)
 """
