@@ -45,6 +45,12 @@ def dot(a, b, acc, INPUT_PRECISION: tl.constexpr):
     return tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
 
 
+@triton.jit
+def batch_and_head(bh, n_heads):
+    """(b, h) of a program index bh = b * n_heads + h: the attention kernels' grid axis over B * H."""
+    return bh // n_heads, bh % n_heads
+
+
 if INTERPRET:
     from glm_asr_common.runtimes import triton_interpreter
 

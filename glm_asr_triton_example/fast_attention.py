@@ -25,8 +25,8 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/fas
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from ._triton_compat import (INTERPRET, dot, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
-                             wait_for_producer)
+from ._triton_compat import (INTERPRET, batch_and_head, dot, fma_dot, pdl_options,  # noqa: E402
+                             release_consumer, round_to, wait_for_producer)
 
 LOG2E = 1.4426950408889634
 
@@ -93,9 +93,7 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, kv_start_ptr,
     release_consumer(PDL)
     wait_for_producer(PDL)
     pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // n_q_heads
-    h = pid_bh % n_q_heads
+    b, h = batch_and_head(tl.program_id(1), n_q_heads)
     # GQA: `group` consecutive query heads read the same kv head.
     hk = h // group
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -251,9 +249,7 @@ def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, cache_len_ptr, kv_start_p
     release_consumer(PDL)
     wait_for_producer(PDL)
     split = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // n_kv_heads
-    hk = pid_bh % n_kv_heads
+    b, hk = batch_and_head(tl.program_id(1), n_kv_heads)
     # The grid covers the whole cache (fixed when a CUDA graph is captured); the live length is read
     # on the device. Keys this split owns: [lo, hi).
     lo, hi = _split_keys(split, b, kv_start_ptr, cache_len_ptr, HAS_KV_START, SPLIT)
@@ -314,9 +310,7 @@ def decode_attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, cache_len_ptr,
                                     SPLIT: tl.constexpr, PDL: tl.constexpr, BLOCK_S: tl.constexpr):
     release_consumer(PDL)
     wait_for_producer(PDL)
-    pid = tl.program_id(0)
-    b = pid // n_q_heads
-    h = pid % n_q_heads
+    b, h = batch_and_head(tl.program_id(0), n_q_heads)
     s = tl.arange(0, BLOCK_S)
     # Exactly the splits the split kernel wrote (the same [lo, hi) test).
     lo, hi = _split_keys(s, b, kv_start_ptr, cache_len_ptr, HAS_KV_START, SPLIT)

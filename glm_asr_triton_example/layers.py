@@ -36,6 +36,35 @@ _INTERPRETER = tl.constexpr(INTERPRET)
 _ELEMENTWISE_BLOCK = 1 << 16 if INTERPRET else 2048
 
 
+def _launch_per_row(kernel, x: torch.Tensor, *per_column: torch.Tensor, scalars: tuple = ()) -> torch.Tensor:
+    """Launch a row kernel (rmsnorm, layernorm, softmax) over the rows of x's last dimension; returns
+    y, in x's shape and dtype. The kernel takes (x, *per_column, y, x_row_stride, y_row_stride, n_rows,
+    N, *scalars, BLOCK_N, ROWS): per_column are (N,) vectors such as a norm's weight and bias, scalars
+    such as its eps.
+    """
+    rows = as_rows(x)
+    n_rows, width = rows.shape
+    y = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    block = triton.next_power_of_2(width)
+    per_program = rows_per_program(n_rows, block)
+    kernel[(triton.cdiv(n_rows, per_program),)](
+        rows, *per_column, y, rows.stride(0), y.stride(0), n_rows, width, *scalars,
+        BLOCK_N=block, ROWS=per_program, num_warps=warps_for_row(block),
+    )
+    return y.view(x.shape)
+
+
+def _launch_elementwise(kernel, x: torch.Tensor) -> torch.Tensor:
+    """Launch an elementwise kernel (gelu, silu) over a contiguous x seen flat; returns y, in x's shape
+    and dtype. The kernel takes (x, y, n_elements, BLOCK_SIZE)."""
+    flat = x.view(-1)
+    y = torch.empty_like(flat)
+    kernel[(triton.cdiv(flat.numel(), _ELEMENTWISE_BLOCK),)](
+        flat, y, flat.numel(), BLOCK_SIZE=_ELEMENTWISE_BLOCK, num_warps=4
+    )
+    return y.view(x.shape)
+
+
 # >>> STUDENT KERNEL rmsnorm_kernel
 @triton.jit
 def rmsnorm_kernel(x_ptr, weight_ptr, y_ptr, x_row_stride, y_row_stride, n_rows, N, eps,
@@ -68,16 +97,7 @@ def rmsnorm_kernel(x_ptr, weight_ptr, y_ptr, x_row_stride, y_row_stride, n_rows,
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """y = x / sqrt(mean(x^2) + eps) * weight over the last dimension, in x.dtype."""
-    rows = as_rows(x)
-    n_rows, width = rows.shape
-    y = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
-    block = triton.next_power_of_2(width)
-    per_program = rows_per_program(n_rows, block)
-    rmsnorm_kernel[(triton.cdiv(n_rows, per_program),)](
-        rows, weight, y, rows.stride(0), y.stride(0), n_rows, width, eps,
-        BLOCK_N=block, ROWS=per_program, num_warps=warps_for_row(block),
-    )
-    return y.view(x.shape)
+    return _launch_per_row(rmsnorm_kernel, x, weight, scalars=(eps,))
 
 
 # >>> STUDENT KERNEL layernorm_kernel
@@ -111,16 +131,7 @@ def layernorm_kernel(x_ptr, weight_ptr, bias_ptr, y_ptr, x_row_stride, y_row_str
 
 def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
     """torch.nn.functional.layer_norm over the last dimension (biased variance, fp32 statistics)."""
-    rows = as_rows(x)
-    n_rows, width = rows.shape
-    y = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
-    block = triton.next_power_of_2(width)
-    per_program = rows_per_program(n_rows, block)
-    layernorm_kernel[(triton.cdiv(n_rows, per_program),)](
-        rows, weight, bias, y, rows.stride(0), y.stride(0), n_rows, width, eps,
-        BLOCK_N=block, ROWS=per_program, num_warps=warps_for_row(block),
-    )
-    return y.view(x.shape)
+    return _launch_per_row(layernorm_kernel, x, weight, bias, scalars=(eps,))
 
 
 # >>> STUDENT KERNEL gelu_kernel
@@ -145,12 +156,7 @@ def gelu_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
     """Exact GELU 0.5 * x * (1 + erf(x / sqrt(2))) of a contiguous tensor."""
-    flat = x.view(-1)
-    y = torch.empty_like(flat)
-    gelu_kernel[(triton.cdiv(flat.numel(), _ELEMENTWISE_BLOCK),)](
-        flat, y, flat.numel(), BLOCK_SIZE=_ELEMENTWISE_BLOCK, num_warps=4
-    )
-    return y.view(x.shape)
+    return _launch_elementwise(gelu_kernel, x)
 
 
 # >>> STUDENT KERNEL silu_kernel
@@ -175,12 +181,7 @@ def silu_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
 
 def silu(x: torch.Tensor) -> torch.Tensor:
     """SiLU x * sigmoid(x) of a contiguous tensor."""
-    flat = x.view(-1)
-    y = torch.empty_like(flat)
-    silu_kernel[(triton.cdiv(flat.numel(), _ELEMENTWISE_BLOCK),)](
-        flat, y, flat.numel(), BLOCK_SIZE=_ELEMENTWISE_BLOCK, num_warps=4
-    )
-    return y.view(x.shape)
+    return _launch_elementwise(silu_kernel, x)
 
 
 # >>> STUDENT KERNEL linear_kernel_tf32
@@ -296,16 +297,7 @@ def softmax_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_rows, N, BLOCK_N:
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Numerically stable softmax over the last dimension."""
-    rows = as_rows(x)
-    n_rows, width = rows.shape
-    y = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
-    block = triton.next_power_of_2(width)
-    per_program = rows_per_program(n_rows, block)
-    softmax_kernel[(triton.cdiv(n_rows, per_program),)](
-        rows, y, rows.stride(0), y.stride(0), n_rows, width, BLOCK_N=block, ROWS=per_program,
-        num_warps=warps_for_row(block),
-    )
-    return y.view(x.shape)
+    return _launch_per_row(softmax_kernel, x)
 
 
 if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py

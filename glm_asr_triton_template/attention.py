@@ -1,14 +1,21 @@
 # Generated from glm_asr_triton_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
-"""The course's attention kernels for GLM-ASR, in Triton: the textbook path, three launches,
-each above its launcher: attention_scores_kernel (S = Q K^T * scale in fp32, -inf above the
-diagonal when causal), softmax_inplace_kernel (P = softmax(S), over S's memory) and
-attention_output_kernel (O = P V). The course model (glm_asr_common/model/course_model.py) composes
-them: encoder_attention (scores, in-place softmax, P·V over the whole 30 s window) and
-decoder_attention (scores, glue.mask_scores, layers.py's softmax_kernel, P·V over the KV cache; GQA
-by a 0 head stride, no copies).
+"""The course's attention kernels for GLM-ASR, in Triton: the textbook path, three launches, each
+kernel above its launcher.
 
-The (…, Tq, Tk) scores go to memory and come back three times: fused flash attention (the example's
-fast path) never writes them. That difference is worth measuring.
+    attention_scores_kernel / attention_scores    S = Q K^T * scale in fp32, -inf above the diagonal
+                                                  when causal
+    softmax_inplace_kernel / softmax_inplace      P = softmax(S), written over S
+    attention_output_kernel / attention_output    O = P V
+
+Each (B, H, T, ...) operand reaches a kernel as a pointer and its batch, head and token strides (last
+dim contiguous), so a view into the fused q|k|v output or into the KV cache needs no copy, and a
+head stride of 0 lets several query heads read one kv head (GQA). The scores and output kernels run
+on a (query block, batch x head) grid; _triton_compat's batch_and_head splits the second axis. Where
+the course model calls them, in its encoder and decoder attention: GUIDE.md#where-the-model-uses-them.
+
+In the encoder the (..., Tq, Tk) fp32 scores cross memory four times (written, read and rewritten
+by the softmax, read by P V); the example's fast path, fused flash attention, never writes them.
+That difference is worth measuring.
 
 Self-check: python glm_asr_triton_template/attention.py  (without a GPU: the Triton interpreter)
 """
@@ -26,7 +33,7 @@ import triton.language as tl  # noqa: E402
 from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
-from ._triton_compat import INTERPRET, dot, round_to, rows_per_program, warps_for_row  # noqa: E402
+from ._triton_compat import INTERPRET, batch_and_head, dot, round_to, rows_per_program, warps_for_row  # noqa: E402
 
 
 @student_kernel("attention_scores_kernel", reference="glm_asr_triton_example.attention", guide="GUIDE.md#attention_scores_kernel")
@@ -40,9 +47,9 @@ def attention_scores_kernel(q_ptr, k_ptr, s_ptr, n_heads, Tq, Tk, scale,
     q: (B, H, Tq, HEAD_DIM), k: (B, H, Tk, HEAD_DIM), given by their b / h / t strides (last dim
     contiguous; a stride may be 0, e.g. query heads sharing one kv head); s: (B, H, Tq, Tk) fp32,
     strides stride_sb / stride_sh / stride_sq.
-    Grid: (cdiv(Tq, BLOCK_M), B * H); program (i, bh) with b = bh // n_heads, h = bh % n_heads keeps
-    its BLOCK_M query rows in registers and sweeps the keys in BLOCK_N blocks, storing each
-    (BLOCK_M, BLOCK_N) tile of S.
+    Grid: (cdiv(Tq, BLOCK_M), B * H); program (i, bh), with b, h = batch_and_head(bh, n_heads)
+    (b = bh // n_heads, h = bh % n_heads), keeps its BLOCK_M query rows in registers and sweeps the
+    keys in BLOCK_N blocks, storing each (BLOCK_M, BLOCK_N) tile of S.
     CAUSAL: query m sees keys n <= m; store -inf above the diagonal (softmax turns it into 0).
     Masking: query rows >= Tq, key rows >= Tk and channels >= HEAD_DIM (BLOCK_D is HEAD_DIM rounded up
     to a power of two >= 16) load 0.0; only rows < Tq and keys < Tk are stored.

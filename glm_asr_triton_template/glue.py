@@ -43,20 +43,24 @@ _ELEMENTWISE_BLOCK = 1 << 16 if INTERPRET else 2048
 
 
 @triton.jit
-def residual_add_kernel(a_ptr, b_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+def _load_operands(a_ptr, b_ptr, n_elements, BLOCK: tl.constexpr):
+    """This program's BLOCK elements of a and b in fp32, with their offsets and the ragged end's mask."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements
     a = tl.load(a_ptr + offsets, mask=mask).to(tl.float32)
     b = tl.load(b_ptr + offsets, mask=mask).to(tl.float32)
+    return a, b, offsets, mask
+
+
+@triton.jit
+def residual_add_kernel(a_ptr, b_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    a, b, offsets, mask = _load_operands(a_ptr, b_ptr, n_elements, BLOCK)
     tl.store(out_ptr + offsets, round_to(a + b, out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def mul_kernel(a_ptr, b_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n_elements
-    a = tl.load(a_ptr + offsets, mask=mask).to(tl.float32)
-    b = tl.load(b_ptr + offsets, mask=mask).to(tl.float32)
+    a, b, offsets, mask = _load_operands(a_ptr, b_ptr, n_elements, BLOCK)
     tl.store(out_ptr + offsets, round_to(a * b, out_ptr.dtype.element_ty), mask=mask)
 
 

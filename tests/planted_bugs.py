@@ -108,7 +108,7 @@ TRITON = [
     bug("attention_scores_kernel", "attention", "head channels past HEAD_DIM read",
         ("d_ok = offs_d[None, :] < HEAD_DIM", "d_ok = offs_d[None, :] < BLOCK_D")),
     bug("attention_scores_kernel", "attention", "every program on the first query rows",
-        ("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "offs_m = tl.arange(0, BLOCK_M)")),
+        ("offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)", "offs_m = tl.arange(0, BLOCK_M)")),
     # softmax_inplace_kernel
     bug("softmax_inplace_kernel", "attention", "row max not subtracted",
         ("e = tl.exp(x - tl.max(x, axis=1)[:, None])", "e = tl.exp(x)")),
@@ -124,7 +124,7 @@ TRITON = [
     bug("attention_output_kernel", "attention", "output row stride taken as HEAD_DIM",
         ("offs_m[:, None] * stride_ot + offs_d[None, :]", "offs_m[:, None] * HEAD_DIM + offs_d[None, :]")),
     bug("attention_output_kernel", "attention", "every program on the first query rows",
-        ("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "offs_m = tl.arange(0, BLOCK_M)")),
+        ("offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)", "offs_m = tl.arange(0, BLOCK_M)")),
     # compute_freqs_kernel
     bug("compute_freqs_kernel", "rope", "exponent i / dim instead of 2i / dim",
         ("exponent = tl.math.div_rn((2 * i).to(tl.float32)", "exponent = tl.math.div_rn(i.to(tl.float32)")),
