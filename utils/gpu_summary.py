@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""The short tables that end utils/gpu_check.sh (parity, clips, benchmarks, the fast paths against their floor),
-also written to OUT_DIR/summary.md."""
+"""The short tables that end utils/gpu_check.sh (every step's exit and result, then parity, clips, benchmarks,
+the fast paths against their floor), also written to OUT_DIR/summary.md."""
 
+import datetime
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -13,6 +15,36 @@ from glm_asr_common.measure.roofline import Peaks  # noqa: E402
 
 def read_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+# What a step's last lines say of it: pytest's count, a self-check's count, a tool's own "N of M" line.
+RESULT_LINE = re.compile(r"(\d+ (passed|failed)\b.*|\d+ of \d+ .*)")
+
+
+def steps_table(log: Path) -> list[str]:
+    """One row per step of gpu_check.sh's log.txt ("=== NAME (HH:MM:SS)" ... "=== NAME exit N"): its exit,
+    seconds and last result line, so a part without tables of its own (kernels, robust) still ends in one."""
+    if not log.is_file():
+        return []
+    rows, name, start, result = [], None, None, ""
+    for line in log.read_text(errors="replace").splitlines():
+        opened = re.fullmatch(r"=== (.+) \((\d\d:\d\d:\d\d)\)", line)
+        closed = re.fullmatch(r"=== (.+) exit (\d+)", line)
+        if opened:
+            name, start, result = opened[1], datetime.datetime.strptime(opened[2], "%H:%M:%S"), ""
+        elif closed and closed[1] == name != "summary":  # this table's own step, still running when it is read
+            rows.append((name, int(closed[2]), start, result))
+        elif name and RESULT_LINE.search(line.strip(" =")):
+            result = RESULT_LINE.search(line.strip(" ="))[0]
+    if not rows:
+        return []
+    lines = ["| step | exit | seconds | result |", "| --- | --- | --- | --- |"]
+    following = [start for _, _, start, _ in rows[1:]] + [None]
+    for (step, code, began, result), ended in zip(rows, following):
+        seconds = f"{(ended - began).seconds}" if ended else "-"
+        verdict = "0" if code == 0 else f"**{code}**" + (" (time limit)" if code == 124 else "")
+        lines.append(f"| {step} | {verdict} | {seconds} | {result or '-'} |")
+    return lines + [""]
 
 
 def parity_table(rows: list[dict]) -> list[str]:
@@ -222,7 +254,7 @@ def fastpath_tables(out: Path) -> list[str]:
 def main(out_dir: str):
     out = Path(out_dir)
     parity = read_lines(out / "parity.jsonl")
-    lines = parity_table(parity) + clips_table(read_lines(out / "clips.jsonl")) + bench_table(
+    lines = steps_table(out / "log.txt") + parity_table(parity) + clips_table(read_lines(out / "clips.jsonl")) + bench_table(
         read_lines(out / "bench.jsonl"), parity) + fastpath_tables(out)
     text = "\n".join(lines) if lines else "(no results recorded)"
     (out / "summary.md").write_text(text + "\n")
