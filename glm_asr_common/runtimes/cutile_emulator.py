@@ -1034,6 +1034,20 @@ def _is_constant_hint(hint) -> bool:
         isinstance(m, ConstantAnnotation) for m in hint.__metadata__)
 
 
+# cuTile refuses to unroll a ct.static_iter loop of more items than this.
+_STATIC_ITER_LIMIT = 1000
+
+
+def static_iter(iterable):
+    """``for item in ct.static_iter(items)``: cuTile unrolls the loop at compile time, one copy of
+    the body per item; here it is an ordinary Python loop over the same items."""
+    items = tuple(iterable)
+    if len(items) > _STATIC_ITER_LIMIT:
+        raise CutileEmulatorError(f"ct.static_iter over {len(items)} items: cuTile unrolls at most "
+                                  f"{_STATIC_ITER_LIMIT}")
+    return items
+
+
 class kernel:  # noqa: N801 - cuTile's name
     """``@ct.kernel``: keeps the Python function; ``launch`` runs it once per block."""
 
