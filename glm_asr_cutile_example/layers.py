@@ -128,12 +128,18 @@ def gelu_kernel(x, y, BLOCK: ct.Constant[int]):
 # <<< STUDENT KERNEL
 
 
-def gelu(x: torch.Tensor) -> torch.Tensor:
-    """Exact GELU 0.5 * x * (1 + erf(x / sqrt(2))) of a contiguous tensor."""
+def _elementwise(kernel, x: torch.Tensor) -> torch.Tensor:
+    """Launches an elementwise kernel(x, y, BLOCK) over contiguous x seen flat, ELEMENTWISE_BLOCK
+    elements per block; returns y, a new tensor shaped like x."""
     flat = x.view(-1)
     y = torch.empty_like(flat)
-    launch((cdiv(flat.numel(), ELEMENTWISE_BLOCK),), gelu_kernel, flat, y, ELEMENTWISE_BLOCK)
+    launch((cdiv(flat.numel(), ELEMENTWISE_BLOCK),), kernel, flat, y, ELEMENTWISE_BLOCK)
     return y.view(x.shape)
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """Exact GELU 0.5 * x * (1 + erf(x / sqrt(2))) of a contiguous tensor."""
+    return _elementwise(gelu_kernel, x)
 
 
 # >>> STUDENT KERNEL silu_kernel
@@ -156,10 +162,7 @@ def silu_kernel(x, y, BLOCK: ct.Constant[int]):
 
 def silu(x: torch.Tensor) -> torch.Tensor:
     """SiLU x * sigmoid(x) of a contiguous tensor."""
-    flat = x.view(-1)
-    y = torch.empty_like(flat)
-    launch((cdiv(flat.numel(), ELEMENTWISE_BLOCK),), silu_kernel, flat, y, ELEMENTWISE_BLOCK)
-    return y.view(x.shape)
+    return _elementwise(silu_kernel, x)
 
 
 # >>> STUDENT KERNEL linear_kernel_tf32
