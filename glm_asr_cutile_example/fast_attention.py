@@ -25,13 +25,10 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fas
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.runtimes.cutile import MODE, ct, launch  # noqa: E402
+from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 
-from ._tile_helpers import cdiv, next_power_of_2  # noqa: E402
+from ._tile_helpers import EMULATED, NEG_INF, ZERO, cdiv, next_power_of_2  # noqa: E402
 
-ZERO = ct.PaddingMode.ZERO
-NEG_INF = ct.PaddingMode.NEG_INF
-EMULATED = MODE != "gpu"
 LOG2E = 1.4426950408889634
 
 

@@ -26,11 +26,8 @@ from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
 from ._tile_helpers import (  # noqa: E402
-    ELEMENTWISE_BLOCK, as_rows, cdiv, erf, next_power_of_2, round_as, rows_per_block,
+    ELEMENTWISE_BLOCK, NEG_INF, ZERO, as_rows, cdiv, erf, next_power_of_2, round_as, rows_per_block,
 )
-
-ZERO = ct.PaddingMode.ZERO
-NEG_INF = ct.PaddingMode.NEG_INF
 
 
 # >>> STUDENT KERNEL rmsnorm_kernel

@@ -10,8 +10,14 @@ the GPU and in the emulator, so the signatures the emulator records are the ones
 
 import torch
 
-from glm_asr_common.runtimes.cutile import ct
+from glm_asr_common.runtimes.cutile import MODE, ct
 
+# The padding modes of ct.load the kernels use: ZERO adds nothing to a sum, NEG_INF never wins a max.
+ZERO = ct.PaddingMode.ZERO
+NEG_INF = ct.PaddingMode.NEG_INF
+# No GPU: kernels run in the CPU emulator, which pays per block and per tile; the fast path's
+# launchers then take the largest tiles.
+EMULATED = MODE != "gpu"
 # Elements in one row-kernel tile (rows x padded width): a tile of up to 16 KiB of fp32 per block.
 TILE_ELEMENTS = 4096
 # Elements per block of the elementwise kernels.
