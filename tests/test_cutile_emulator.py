@@ -446,6 +446,16 @@ def test_undetermined_padding_reads_nan():
 
 
 @emulator_only
+def test_math_functions_take_the_keywords_cutile_takes():
+    assert ct.exp2(3.0, flush_to_zero=True) == 8.0
+    assert ct.sqrt(4.0, rounding_mode=None, flush_to_zero=False) == 2.0
+    with pytest.raises(TypeError, match="ct.log.. got an unexpected keyword argument 'flush_to_zero'"):
+        ct.log(2.0, flush_to_zero=True)
+    with pytest.raises(TypeError, match="'rounding_mode'"):
+        ct.exp2(2.0, rounding_mode=None)
+
+
+@emulator_only
 def test_scalar_arguments_must_fit_int32_and_constants_are_numbers():
     with pytest.raises(ct.CutileEmulatorError, match="does not fit the int32"):
         launch((1,), load_tile_at, torch.zeros(4), 2 ** 31, 0, 4)
