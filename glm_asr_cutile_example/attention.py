@@ -26,10 +26,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/att
 from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
-from ._tile_helpers import cdiv, next_power_of_2, rows_per_block  # noqa: E402
-
-ZERO = ct.PaddingMode.ZERO
-NEG_INF = ct.PaddingMode.NEG_INF
+from ._tile_helpers import NEG_INF, ZERO, cdiv, next_power_of_2, rows_per_block  # noqa: E402
 
 
 # >>> STUDENT KERNEL attention_scores_kernel

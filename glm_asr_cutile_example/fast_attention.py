@@ -25,13 +25,10 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fas
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.runtimes.cutile import MODE, ct, launch  # noqa: E402
+from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 
-from ._tile_helpers import cdiv, next_power_of_2  # noqa: E402
+from ._tile_helpers import EMULATED, NEG_INF, ZERO, cdiv, next_power_of_2  # noqa: E402
 
-ZERO = ct.PaddingMode.ZERO
-NEG_INF = ct.PaddingMode.NEG_INF
-EMULATED = MODE != "gpu"
 LOG2E = 1.4426950408889634
 
 
@@ -53,6 +50,29 @@ def online_softmax_step(acc, m_i, l_i, scores, v_tile, visible, TF32):
     return acc, m_new, l_i
 
 
+def attend_keys(q_tile, k, v, b, kv_head, lo, hi, qk_scale, query_pos, CAUSAL, TF32, BLOCK_N):
+    """Attention of the q_tile rows over keys [lo, hi) of batch row b, kv head kv_head, BLOCK_N keys
+    a step: the online softmax's unnormalised (acc, max, sum), in log2 units (qk_scale holds log2 e).
+    With CAUSAL, row i also skips the keys past query_pos[i]. q_tile: (rows, BLOCK_D), already in
+    the operand dtype, which the key tiles take too. A row that sees no key keeps (0, -inf, 0)."""
+    BLOCK_Q, BLOCK_D = q_tile.shape
+    m_i = ct.full((BLOCK_Q, 1), float("-inf"), ct.float32)
+    l_i = ct.zeros((BLOCK_Q, 1), ct.float32)
+    acc = ct.zeros((BLOCK_Q, BLOCK_D), ct.float32)
+    for key_tile in range(lo // BLOCK_N, (hi + BLOCK_N - 1) // BLOCK_N):
+        k_tile = ct.load(k, (b, kv_head, key_tile, 0), (1, 1, BLOCK_N, BLOCK_D), padding_mode=ZERO)
+        v_tile = ct.load(v, (b, kv_head, key_tile, 0), (1, 1, BLOCK_N, BLOCK_D), padding_mode=ZERO)
+        k_tile = ct.astype(ct.reshape(k_tile, (BLOCK_N, BLOCK_D)), q_tile.dtype)
+        scores = ct.mma(q_tile, ct.transpose(k_tile), ct.zeros((BLOCK_Q, BLOCK_N), ct.float32)) * qk_scale
+        keys = key_tile * BLOCK_N + ct.arange(BLOCK_N, dtype=ct.int32)
+        visible = (keys[None, :] >= lo) & (keys[None, :] < hi)
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= query_pos[:, None])
+        acc, m_i, l_i = online_softmax_step(acc, m_i, l_i, scores, ct.reshape(v_tile, (BLOCK_N, BLOCK_D)), visible,
+                                            TF32)
+    return acc, m_i, l_i
+
+
 @ct.kernel
 def flash_attention_kernel(q, k, v, o, kv_start, qk_scale, CAUSAL: ct.Constant[bool],
                            HAS_KV_START: ct.Constant[bool], TF32: ct.Constant[bool], BLOCK_M: ct.Constant[int],
@@ -70,7 +90,6 @@ def flash_attention_kernel(q, k, v, o, kv_start, qk_scale, CAUSAL: ct.Constant[b
     b = ct.bid(1) // n_heads
     h = ct.bid(1) % n_heads
     kv_head = h // (n_heads // k.shape[1])
-    n_keys = k.shape[2]
     operand = ct.tfloat32 if TF32 and q.dtype == ct.float32 else q.dtype
     q_tile = ct.load(q, (b, h, query_tile, 0), (1, 1, BLOCK_M, BLOCK_D), padding_mode=ZERO)
     q_tile = ct.astype(ct.reshape(q_tile, (BLOCK_M, BLOCK_D)), operand)
@@ -78,23 +97,11 @@ def flash_attention_kernel(q, k, v, o, kv_start, qk_scale, CAUSAL: ct.Constant[b
     lo = 0
     if HAS_KV_START:
         lo = ct.load(kv_start, (b,), ())
-    hi = n_keys
+    hi = k.shape[2]
     if CAUSAL:
+        # No query of the tile sees a key past the tile's last query.
         hi = ct.minimum(hi, (query_tile + 1) * BLOCK_M)
-    m_i = ct.full((BLOCK_M, 1), float("-inf"), ct.float32)
-    l_i = ct.zeros((BLOCK_M, 1), ct.float32)
-    acc = ct.zeros((BLOCK_M, BLOCK_D), ct.float32)
-    for key_tile in range(lo // BLOCK_N, (hi + BLOCK_N - 1) // BLOCK_N):
-        k_tile = ct.load(k, (b, kv_head, key_tile, 0), (1, 1, BLOCK_N, BLOCK_D), padding_mode=ZERO)
-        v_tile = ct.load(v, (b, kv_head, key_tile, 0), (1, 1, BLOCK_N, BLOCK_D), padding_mode=ZERO)
-        k_tile = ct.astype(ct.reshape(k_tile, (BLOCK_N, BLOCK_D)), operand)
-        scores = ct.mma(q_tile, ct.transpose(k_tile), ct.zeros((BLOCK_M, BLOCK_N), ct.float32)) * qk_scale
-        keys = key_tile * BLOCK_N + ct.arange(BLOCK_N, dtype=ct.int32)
-        visible = (keys[None, :] >= lo) & (keys[None, :] < n_keys)
-        if CAUSAL:
-            visible = visible & (keys[None, :] <= rows[:, None])
-        acc, m_i, l_i = online_softmax_step(acc, m_i, l_i, scores, ct.reshape(v_tile, (BLOCK_N, BLOCK_D)), visible,
-                                            TF32)
+    acc, _, l_i = attend_keys(q_tile, k, v, b, kv_head, lo, hi, qk_scale, rows, CAUSAL, TF32, BLOCK_N)
     out = acc / ct.where(l_i == 0.0, 1.0, l_i)
     ct.store(o, (b, h, query_tile, 0), ct.reshape(ct.astype(out, o.dtype), (1, 1, BLOCK_M, BLOCK_D)))
 
@@ -170,20 +177,9 @@ def decode_attention_kernel(q, k_cache, v_cache, valid_len, kv_start, part_m, pa
     q_tile = ct.load(q, (b, kv_head, 0, 0), (1, 1, BLOCK_G, BLOCK_D), padding_mode=ZERO)
     q_tile = ct.astype(ct.reshape(q_tile, (BLOCK_G, BLOCK_D)), operand)
     lo, hi = split_keys(split, b, kv_start, valid_len, SPLIT)
-    m_i = ct.full((BLOCK_G, 1), float("-inf"), ct.float32)
-    l_i = ct.zeros((BLOCK_G, 1), ct.float32)
-    acc = ct.zeros((BLOCK_G, BLOCK_D), ct.float32)
     # An empty split (wholly past the live cache, or inside the left padding) runs at most one tile,
     # with every key hidden: it keeps (max -inf, sum 0, acc 0).
-    for key_tile in range(lo // BLOCK_N, (hi + BLOCK_N - 1) // BLOCK_N):
-        k_tile = ct.load(k_cache, (b, kv_head, key_tile, 0), (1, 1, BLOCK_N, BLOCK_D), padding_mode=ZERO)
-        v_tile = ct.load(v_cache, (b, kv_head, key_tile, 0), (1, 1, BLOCK_N, BLOCK_D), padding_mode=ZERO)
-        k_tile = ct.astype(ct.reshape(k_tile, (BLOCK_N, BLOCK_D)), operand)
-        scores = ct.mma(q_tile, ct.transpose(k_tile), ct.zeros((BLOCK_G, BLOCK_N), ct.float32)) * qk_scale
-        keys = key_tile * BLOCK_N + ct.arange(BLOCK_N, dtype=ct.int32)
-        visible = (keys[None, :] >= lo) & (keys[None, :] < hi)
-        acc, m_i, l_i = online_softmax_step(acc, m_i, l_i, scores, ct.reshape(v_tile, (BLOCK_N, BLOCK_D)), visible,
-                                            TF32)
+    acc, m_i, l_i = attend_keys(q_tile, k_cache, v_cache, b, kv_head, lo, hi, qk_scale, None, False, TF32, BLOCK_N)
     if DIRECT:
         out = acc / ct.where(l_i == 0.0, 1.0, l_i)
         ct.store(o, (b, kv_head, 0, 0), ct.reshape(ct.astype(out, o.dtype), (1, 1, BLOCK_G, BLOCK_D)))

@@ -18,14 +18,11 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fas
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.runtimes.cutile import MODE, ct, launch  # noqa: E402
+from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 
-from ._tile_helpers import as_rows, cdiv, next_power_of_2, round_as  # noqa: E402
+from ._tile_helpers import EMULATED, NEG_INF, ZERO, as_rows, cdiv, next_power_of_2, round_as  # noqa: E402
 from .fast_linear import RMSNORM, gemv_rows  # noqa: E402
 
-ZERO = ct.PaddingMode.ZERO
-NEG_INF = ct.PaddingMode.NEG_INF
-EMULATED = MODE != "gpu"
 # Above any vocabulary index: loses every "lowest index" contest.
 NO_INDEX = 2 ** 31 - 1
 

@@ -29,12 +29,9 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fas
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.runtimes.cutile import MODE, ct, launch  # noqa: E402
+from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 
-from ._tile_helpers import as_rows, cdiv, erf, next_power_of_2, round_as  # noqa: E402
-
-ZERO = ct.PaddingMode.ZERO
-EMULATED = MODE != "gpu"
+from ._tile_helpers import EMULATED, ZERO, as_rows, cdiv, erf, next_power_of_2, round_as  # noqa: E402
 
 # gemv_kernel's prologues: what the weight multiplies.
 AS_STORED, RMSNORM = 0, 1

@@ -18,16 +18,13 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fas
 
     __package__ = package_of(__file__)
 
-from glm_asr_common.runtimes.cutile import MODE, ct, launch  # noqa: E402
+from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 
-from ._tile_helpers import next_power_of_2, round_as  # noqa: E402
+from ._tile_helpers import EMULATED, next_power_of_2, round_as  # noqa: E402
 from .fast_linear import RMSNORM, gemv_rows, rms_linear  # noqa: E402
 from .glue import write_kv_cache  # noqa: E402
 from .layers import rmsnorm  # noqa: E402
 from .rope import apply_rope  # noqa: E402
-
-ZERO = ct.PaddingMode.ZERO
-EMULATED = MODE != "gpu"
 
 
 def rotate(x1, x2, cos, sin, dtype):

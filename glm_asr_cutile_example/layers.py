@@ -26,11 +26,8 @@ from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
 from ._tile_helpers import (  # noqa: E402
-    ELEMENTWISE_BLOCK, as_rows, cdiv, erf, next_power_of_2, round_as, rows_per_block,
+    ELEMENTWISE_BLOCK, NEG_INF, ZERO, as_rows, cdiv, erf, next_power_of_2, round_as, rows_per_block,
 )
-
-ZERO = ct.PaddingMode.ZERO
-NEG_INF = ct.PaddingMode.NEG_INF
 
 
 # >>> STUDENT KERNEL rmsnorm_kernel
@@ -128,12 +125,18 @@ def gelu_kernel(x, y, BLOCK: ct.Constant[int]):
 # <<< STUDENT KERNEL
 
 
-def gelu(x: torch.Tensor) -> torch.Tensor:
-    """Exact GELU 0.5 * x * (1 + erf(x / sqrt(2))) of a contiguous tensor."""
+def _elementwise(kernel, x: torch.Tensor) -> torch.Tensor:
+    """Launches an elementwise kernel(x, y, BLOCK) over contiguous x seen flat, ELEMENTWISE_BLOCK
+    elements per block; returns y, a new tensor shaped like x."""
     flat = x.view(-1)
     y = torch.empty_like(flat)
-    launch((cdiv(flat.numel(), ELEMENTWISE_BLOCK),), gelu_kernel, flat, y, ELEMENTWISE_BLOCK)
+    launch((cdiv(flat.numel(), ELEMENTWISE_BLOCK),), kernel, flat, y, ELEMENTWISE_BLOCK)
     return y.view(x.shape)
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """Exact GELU 0.5 * x * (1 + erf(x / sqrt(2))) of a contiguous tensor."""
+    return _elementwise(gelu_kernel, x)
 
 
 # >>> STUDENT KERNEL silu_kernel
@@ -156,10 +159,7 @@ def silu_kernel(x, y, BLOCK: ct.Constant[int]):
 
 def silu(x: torch.Tensor) -> torch.Tensor:
     """SiLU x * sigmoid(x) of a contiguous tensor."""
-    flat = x.view(-1)
-    y = torch.empty_like(flat)
-    launch((cdiv(flat.numel(), ELEMENTWISE_BLOCK),), silu_kernel, flat, y, ELEMENTWISE_BLOCK)
-    return y.view(x.shape)
+    return _elementwise(silu_kernel, x)
 
 
 # >>> STUDENT KERNEL linear_kernel_tf32

@@ -22,9 +22,7 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/rop
 from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
-from ._tile_helpers import cdiv, next_power_of_2, round_as, rows_per_block  # noqa: E402
-
-ZERO = ct.PaddingMode.ZERO
+from ._tile_helpers import ZERO, cdiv, next_power_of_2, round_as, rows_per_block  # noqa: E402
 
 
 # >>> STUDENT KERNEL compute_freqs_kernel

@@ -28,10 +28,7 @@ from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
-from ._tile_helpers import cdiv, next_power_of_2, rows_per_block  # noqa: E402
-
-ZERO = ct.PaddingMode.ZERO
-NEG_INF = ct.PaddingMode.NEG_INF
+from ._tile_helpers import NEG_INF, ZERO, cdiv, next_power_of_2, rows_per_block  # noqa: E402
 
 
 @student_kernel("attention_scores_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#cutile-attention_scores_kernel")

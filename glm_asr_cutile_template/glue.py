@@ -32,10 +32,10 @@ if __name__ == "__main__":  # run as a script: python glm_asr_cutile_template/gl
 from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
-from ._tile_helpers import ELEMENTWISE_BLOCK, TILE_ELEMENTS, cdiv, next_power_of_2, rows_per_block  # noqa: E402
+from ._tile_helpers import (  # noqa: E402
+    ELEMENTWISE_BLOCK, NEG_INF, TILE_ELEMENTS, ZERO, cdiv, next_power_of_2, rows_per_block,
+)
 
-ZERO = ct.PaddingMode.ZERO
-NEG_INF = ct.PaddingMode.NEG_INF
 # Above any vocabulary index: loses every "lowest index" contest of the argmax.
 NO_INDEX = 2 ** 31 - 1
 

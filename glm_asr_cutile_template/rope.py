@@ -24,9 +24,7 @@ from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
 from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
-from ._tile_helpers import cdiv, next_power_of_2, round_as, rows_per_block  # noqa: E402
-
-ZERO = ct.PaddingMode.ZERO
+from ._tile_helpers import ZERO, cdiv, next_power_of_2, round_as, rows_per_block  # noqa: E402
 
 
 @student_kernel("compute_freqs_kernel", reference="glm_asr_cutile_example.rope", guide="GUIDE.md#cutile-compute_freqs_kernel")

@@ -302,6 +302,26 @@ def test_float64_math_is_float64_but_python_floats_are_float32():
     assert torch.equal(scaled_out, x.double() * torch.tensor(0.001, dtype=torch.float32).double())
 
 
+# 2x^3 - 3x^2 + 0.5, highest power first: exact in fp32 at small integers, fused multiply-add or not.
+CUBIC = (2.0, -3.0, 0.0, 0.5)
+
+
+@ct.kernel
+def cubic_by_horner(x, out, N: ct.Constant[int]):
+    t = ct.load(x, (0,), (N,))
+    value = ct.zeros((N,), ct.float32)
+    for coefficient in ct.static_iter(CUBIC):
+        value = value * t + coefficient
+    ct.store(out, (0,), value)
+
+
+def test_static_iter_runs_the_body_once_per_constant():
+    x = torch.tensor([-2.0, 0.0, 1.0, 3.0], device=DEV)
+    out = torch.empty(4, device=DEV)
+    launch((1,), cubic_by_horner, x, out, 4)
+    sync()
+    assert torch.equal(out, 2 * x ** 3 - 3 * x ** 2 + 0.5)
+
 @ct.kernel
 def block_ids(out):
     ct.store(out, (ct.bid(0), ct.bid(1), ct.bid(2)),
@@ -387,6 +407,14 @@ def tf32_arithmetic(x):
     ct.store(x, (0,), ct.astype(ct.astype(ct.load(x, (0,), (4,)), ct.tfloat32) * 2.0, ct.float32))
 
 
+@ct.kernel
+def unrolls_past_the_limit(x):
+    total = ct.load(x, (0,), (4,))
+    for _ in ct.static_iter(range(1001)):
+        total = total + 1.0
+    ct.store(x, (0,), total)
+
+
 @emulator_only
 @pytest.mark.parametrize("kern, args, message", [
     (bad_tile_shape, lambda: (torch.zeros(8),), "must be a power of two"),
@@ -398,7 +426,8 @@ def tf32_arithmetic(x):
     (mma_mixed_dtypes, lambda: (torch.zeros(4, 4), torch.zeros(4, 4, dtype=torch.bfloat16), torch.zeros(4, 4)),
      "x and y must have the same dtype"),
     (tf32_arithmetic, lambda: (torch.zeros(4),), "tfloat32 only feeds ct.mma"),
-], ids=["shape", "outside", "store-cast", "f16-bf16", "mma-dtypes", "tf32-arith"])
+    (unrolls_past_the_limit, lambda: (torch.zeros(4),), "cuTile unrolls at most 1000"),
+], ids=["shape", "outside", "store-cast", "f16-bf16", "mma-dtypes", "tf32-arith", "static-iter"])
 def test_code_the_compiler_rejects_or_leaves_undefined_is_refused(kern, args, message):
     with pytest.raises(ct.CutileEmulatorError, match=message):
         launch((1,), kern, *args())
@@ -414,6 +443,16 @@ def test_undetermined_padding_reads_nan():
     out = torch.zeros(4)
     launch((1,), undetermined_padding, torch.ones(3), out, 4)
     assert out[:3].tolist() == [1.0, 1.0, 1.0] and math.isnan(out[3])
+
+
+@emulator_only
+def test_math_functions_take_the_keywords_cutile_takes():
+    assert ct.exp2(3.0, flush_to_zero=True) == 8.0
+    assert ct.sqrt(4.0, rounding_mode=None, flush_to_zero=False) == 2.0
+    with pytest.raises(TypeError, match="ct.log.. got an unexpected keyword argument 'flush_to_zero'"):
+        ct.log(2.0, flush_to_zero=True)
+    with pytest.raises(TypeError, match="'rounding_mode'"):
+        ct.exp2(2.0, rounding_mode=None)
 
 
 @emulator_only

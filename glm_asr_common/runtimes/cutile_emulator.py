@@ -612,20 +612,22 @@ def _require_in_kernel(what: str):
         raise CutileEmulatorError(f"{what} is only available inside a running kernel")
 
 
-def bid(axis) -> Tile:
-    _require_in_kernel("ct.bid")
-    axis = _constant_int(axis, "ct.bid axis")
+def _grid_axis(what: str, axis) -> int:
+    """The grid axis that ``what`` (ct.bid, ct.num_blocks) asks about: a constant 0, 1 or 2, asked
+    inside a running kernel."""
+    _require_in_kernel(what)
+    axis = _constant_int(axis, f"{what} axis")
     if axis not in (0, 1, 2):
-        raise CutileEmulatorError(f"ct.bid axis must be 0, 1 or 2, got {axis}")
-    return _scalar_tile(_STATE.bid[axis], int32)
+        raise CutileEmulatorError(f"{what} axis must be 0, 1 or 2, got {axis}")
+    return axis
+
+
+def bid(axis) -> Tile:
+    return _scalar_tile(_STATE.bid[_grid_axis("ct.bid", axis)], int32)
 
 
 def num_blocks(axis) -> Tile:
-    _require_in_kernel("ct.num_blocks")
-    axis = _constant_int(axis, "ct.num_blocks axis")
-    if axis not in (0, 1, 2):
-        raise CutileEmulatorError(f"ct.num_blocks axis must be 0, 1 or 2, got {axis}")
-    return _scalar_tile(_STATE.grid[axis], int32)
+    return _scalar_tile(_STATE.grid[_grid_axis("ct.num_blocks", axis)], int32)
 
 
 def num_tiles(array, /, axis, shape, order="C") -> Tile:
@@ -851,63 +853,44 @@ def pow(x, y, /):  # noqa: A001 - cuTile's name
     return _binary("pow", x, y)
 
 
-def _unary(fn: str, x, op, *, flush_to_zero: bool = False):
-    """An elementwise math function: integer and bool tiles become float32, floats keep their dtype."""
-    _require_operand(x, f"ct.{fn}")
-    if not isinstance(x, Tile):
-        return op(torch.tensor(float(x), dtype=torch.float64)).item()
-    if x.dtype.restricted:
-        raise CutileEmulatorError(f"ct.{fn} of a tfloat32 tile: convert with ct.astype(x, ct.float32)")
-    dtype = x.dtype if x.dtype.category == _FLOAT else float32
-    data = _data_as(x, dtype)
-    if flush_to_zero:
-        data = _flush_denormals(data)
-    out = op(data).to(dtype.torch_dtype)
-    return Tile(_flush_denormals(out) if flush_to_zero else out, dtype)
+def _math_function(name: str, op, options: tuple[str, ...] = ()):
+    """cuTile's elementwise ``ct.<name>(x, /, **options)``: ``op`` (a torch function) of a tile or a
+    number; integer and bool tiles become float32, floats keep their dtype. ``options`` are the
+    keywords cuTile's function takes, any other is refused as Python refuses it: flush_to_zero
+    flushes denormal inputs and results, rounding_mode is accepted and computes exactly."""
+
+    def math_function(x, /, **keywords):
+        for keyword in keywords:
+            if keyword not in options:
+                raise TypeError(f"ct.{name}() got an unexpected keyword argument {keyword!r}")
+        flush_to_zero = keywords.get("flush_to_zero", False)
+        _require_operand(x, f"ct.{name}")
+        if not isinstance(x, Tile):
+            return op(torch.tensor(float(x), dtype=torch.float64)).item()
+        if x.dtype.restricted:
+            raise CutileEmulatorError(f"ct.{name} of a tfloat32 tile: convert with ct.astype(x, ct.float32)")
+        dtype = x.dtype if x.dtype.category == _FLOAT else float32
+        data = _data_as(x, dtype)
+        if flush_to_zero:
+            data = _flush_denormals(data)
+        out = op(data).to(dtype.torch_dtype)
+        return Tile(_flush_denormals(out) if flush_to_zero else out, dtype)
+
+    math_function.__name__ = math_function.__qualname__ = name
+    return math_function
 
 
-def exp(x, /, *, rounding_mode=None):
-    return _unary("exp", x, torch.exp)
-
-
-def exp2(x, /, *, flush_to_zero=False):
-    return _unary("exp2", x, torch.exp2, flush_to_zero=flush_to_zero)
-
-
-def log(x, /):
-    return _unary("log", x, torch.log)
-
-
-def log2(x, /):
-    return _unary("log2", x, torch.log2)
-
-
-def sqrt(x, /, *, rounding_mode=None, flush_to_zero=False):
-    return _unary("sqrt", x, torch.sqrt, flush_to_zero=flush_to_zero)
-
-
-def rsqrt(x, /, *, flush_to_zero=False):
-    return _unary("rsqrt", x, torch.rsqrt, flush_to_zero=flush_to_zero)
-
-
-def sin(x, /):
-    return _unary("sin", x, torch.sin)
-
-
-def cos(x, /):
-    return _unary("cos", x, torch.cos)
-
-
-def tanh(x, /, *, rounding_mode=None):
-    return _unary("tanh", x, torch.tanh)
-
-
-def floor(x, /):
-    return _unary("floor", x, torch.floor)
-
-
-def ceil(x, /):
-    return _unary("ceil", x, torch.ceil)
+exp = _math_function("exp", torch.exp, ("rounding_mode",))
+exp2 = _math_function("exp2", torch.exp2, ("flush_to_zero",))
+log = _math_function("log", torch.log)
+log2 = _math_function("log2", torch.log2)
+sqrt = _math_function("sqrt", torch.sqrt, ("rounding_mode", "flush_to_zero"))
+rsqrt = _math_function("rsqrt", torch.rsqrt, ("flush_to_zero",))
+sin = _math_function("sin", torch.sin)
+cos = _math_function("cos", torch.cos)
+tanh = _math_function("tanh", torch.tanh, ("rounding_mode",))
+floor = _math_function("floor", torch.floor)
+ceil = _math_function("ceil", torch.ceil)
 
 
 def abs(x, /):  # noqa: A001 - cuTile's name
@@ -1032,6 +1015,20 @@ Constant = typing.Annotated[_T, ConstantAnnotation()]
 def _is_constant_hint(hint) -> bool:
     return typing.get_origin(hint) is typing.Annotated and any(
         isinstance(m, ConstantAnnotation) for m in hint.__metadata__)
+
+
+# cuTile refuses to unroll a ct.static_iter loop of more items than this.
+_STATIC_ITER_LIMIT = 1000
+
+
+def static_iter(iterable):
+    """``for item in ct.static_iter(items)``: cuTile unrolls the loop at compile time, one copy of
+    the body per item; here it is an ordinary Python loop over the same items."""
+    items = tuple(iterable)
+    if len(items) > _STATIC_ITER_LIMIT:
+        raise CutileEmulatorError(f"ct.static_iter over {len(items)} items: cuTile unrolls at most "
+                                  f"{_STATIC_ITER_LIMIT}")
+    return items
 
 
 class kernel:  # noqa: N801 - cuTile's name
