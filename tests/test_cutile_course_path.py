@@ -12,6 +12,7 @@ Without a GPU the kernels run in the cuTile emulator.
 """
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,18 @@ def test_course_path_signatures_compile_for_sm_90(tiny_ckpt, clips, tmp_path, mo
     assert {name.rsplit(".", 1)[0] for name in compiled} == set(COURSE_MODULES)
     widths = {tuple(p["shape"]) for s in signatures for p in s["params"] if p["kind"] == "array"}
     assert (1, 59264) in widths, "the full-width run did not reach the greedy head"
+
+
+def test_self_check_records_carry_the_module_name_of_a_file_run_as_a_script(tmp_path):
+    """The compile check's default route records each file's self-check run as a script: conv.py defines its
+    kernel in __main__, and the record must name it glm_asr_cutile_example.conv (how the compiler imports it)."""
+    from cutile_compile_check import record_self_checks
+
+    record = tmp_path / "signatures.json"
+    assert record_self_checks(["glm_asr_cutile_example.conv"], record) == []
+    kernels = {s["kernel"] for s in json.loads(record.read_text())}
+    assert "glm_asr_cutile_example.conv.conv_unfold_kernel" in kernels
+    assert not any(k.startswith("__main__.") for k in kernels), kernels
 
 
 @pytest.mark.parametrize("keys", [1500, 1501, 3000])

@@ -44,14 +44,21 @@ SPECIALISED_NDIM = 5
 
 def record_self_checks(modules, path: Path) -> list[str]:
     """Run each module's self-check (the file as a script) emulated, recording its launches into
-    ``path``; the failures."""
-    env = dict(os.environ, GLM_ASR_CUTILE="emulate", GLM_ASR_CUTILE_RECORD=str(path), PYTHONPATH=str(REPO))
-    failures = []
+    ``path``; the failures. A kernel the script defines itself (conv.py's, run as ``__main__``) is
+    recorded under the module's name, which is how the compiler imports it."""
+    failures, signatures = [], []
     for module in modules:
+        own = path.with_name(f"{module}.json")
+        env = dict(os.environ, GLM_ASR_CUTILE="emulate", GLM_ASR_CUTILE_RECORD=str(own), PYTHONPATH=str(REPO))
         script = REPO / (module.replace(".", "/") + ".py")
         result = subprocess.run([sys.executable, str(script)], cwd=REPO, env=env, capture_output=True, text=True)
         if result.returncode != 0:
             failures.append(f"self-check of {module} exited {result.returncode}:\n{result.stdout}{result.stderr}")
+        for signature in json.loads(own.read_text()) if own.exists() else []:
+            if signature["kernel"].startswith("__main__."):
+                signature["kernel"] = module + signature["kernel"][len("__main__"):]
+            signatures.append(signature)
+    path.write_text(json.dumps(signatures, indent=1) + "\n")
     return failures
 
 
