@@ -1,4 +1,4 @@
-"""Every planted bug (tests/planted_bugs.py) is caught by its kernel's own self-check.
+"""Every planted bug (tests/planted_bugs.toml) is caught by its kernel's own self-check.
 
 Each bug is a small edit of the example's kernel, applied to a fresh copy of the track (the filled
 template under a package name of its own); the copy's self-check cases for that kernel
@@ -90,10 +90,10 @@ def test_every_course_kernel_has_planted_bugs():
 
 
 def test_readme_counts_the_planted_bugs():
-    """README's table of planted bugs states the counts of tests/planted_bugs.py."""
+    """README's table of planted bugs states the counts of tests/planted_bugs.toml."""
     readme = (REPO / "README.md").read_text()
     total = sum(len(bugs) for bugs in PLANTED.values())
-    assert f"`tests/planted_bugs.py` holds {total} typical wrong" in readme
+    assert f"`tests/planted_bugs.toml` holds {total} typical wrong" in readme
     for track, label in (("triton", "Triton (interpreter)"), ("cutile", "cuTile (emulator)")):
         count = len(PLANTED[track])
         assert f"| {label} | {count} | {count} |" in readme, f"README's {label} row is stale"
