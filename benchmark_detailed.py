@@ -40,7 +40,6 @@ from glm_asr_common.measure.breakdown import build_report, comparison, measure
 from glm_asr_common.measure.micro import run_micro
 from glm_asr_common.measure.plots import fmt_ms, pyplot, write_plots
 from glm_asr_common.measure.timer import time_call
-from glm_asr_common.measure.trace import init_profiler_for_cuda_graphs
 from glm_asr_common.model.precision import from_options
 from glm_asr_common.reference.hf_model import HFTrack, raw_config
 from glm_asr_common.tools.command_line import (ArgumentParser, Session, add_common_args, check_json_path, open_session,
@@ -391,8 +390,6 @@ def main(argv) -> int:
         raise UserError(f"--csv {args.csv}: directory {Path(args.csv).parent} does not exist")
     if args.plot:
         pyplot(required_by="--plot")  # fail now, not after the measurements
-    if device == "cuda":
-        init_profiler_for_cuda_graphs()
     peaks = roofline.device_peaks(device, refresh=args.refresh_peaks)
 
     if args.attention_only or args.linear_only:

@@ -595,14 +595,6 @@ def test_report_of_a_graphed_run_on_the_real_trace(h200_trace, real_cfg, capsys)
         assert c["kernels"] or c["class"] not in ("gemm", "attention", "norm", "conv", "lm_head"), c
 
 
-def test_cupti_is_opened_early_only_for_old_cuda(monkeypatch):
-    for version, hip, expected in (("11.8", None, True), ("12.4", None, False), ("13.0", None, False),
-                                   (None, None, False), ("11.8", "6.0", False)):
-        monkeypatch.setattr(torch.version, "cuda", version)
-        monkeypatch.setattr(torch.version, "hip", hip)
-        assert trace.needs_cupti_before_graphs() is expected, version
-
-
 @pytest.mark.parametrize("name, cls, aux", [
     # The Triton example's kernels.
     ("conv1d_gelu_kernel", "conv", False), ("layernorm_kernel", "norm", False), ("rmsnorm_kernel", "norm", False),

@@ -12,37 +12,12 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 
-import torch
 
 from ..model.regions import REGION_NAMES
 from .components import Regions
 from .operators import torch_op_class
 from .roofline import shape_cost
 from .timer import time_call
-
-
-def needs_cupti_before_graphs() -> bool:
-    """CUDA before 12 can break a graph captured before CUPTI first attached (pytorch issue 75504, the
-    reason for torch.profiler._utils._init_for_cuda_graphs). On CUDA 12+ a profiler started after the
-    capture records the replayed kernels (checked on an H200, CUDA 13), so nothing is opened early."""
-    version = getattr(torch.version, "cuda", None)
-    if getattr(torch.version, "hip", None) or not version:
-        return False
-    try:
-        return int(str(version).split(".")[0]) < 12
-    except ValueError:
-        return False
-
-
-def init_profiler_for_cuda_graphs():
-    """On old CUDA only: attach CUPTI (an empty CPU+CUDA profiler session) before any graph is captured."""
-    if not needs_cupti_before_graphs():
-        return False
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-        pass
-    return True
 
 
 # The input is the profiler's Chrome trace (``export_chrome_trace``): the one form that holds the
