@@ -18,8 +18,8 @@ the modules of glm_asr_common.measure take them, this file parses the options an
      kernel name (operators), with FLOPs and bytes of the logical operations (roofline) and a roofline
      verdict against measured peaks;
   4. a track that replays CUDA graphs (model.use_cuda_graph: the decode step, maybe the whole prompt
-     phase) is measured again with the graphs off: the per-layer split (no region runs inside a
-     replay), and the eager kernel order that places each replayed kernel in its region (breakdown).
+     phase): 1 and 2 as it runs, its graph launches counted in one profiled run, then the parts, the
+     per-layer split (no region runs inside a replay) and 3 with use_cuda_graph=False (breakdown).
 --attention-only / --linear-only: micro; --plot: plots.
 Exit codes: 0 done, 2 bad input (one line on stderr).
 """
@@ -173,19 +173,16 @@ def print_report(rep: dict, peaks, top: int = 30):
                  "remainder is only that medians do not add exactly.")
     if rep["cuda_graph"]:
         g = rep["cuda_graph"]
-        what = "parts and per-layer times" if g.get("prompt_graph") else "decode parts and per-layer decode times"
+        what = "parts and per-layer times" if g["prompt_graph"] else "decode parts and per-layer decode times"
         notes.append(f"† {what} come from runs with use_cuda_graph=False (a graph replay runs no region inside "
                      f"it): a step takes {fmt_ms(g['step_ms_with_graph'])} ms with the graph, "
-                     f"{fmt_ms(g['step_ms_without_graph'])} ms without.")
-        if g.get("prompt_graph"):
+                     f"{fmt_ms(g['step_ms_without_graph'])} ms without. The {kcol} column and the kernel tables "
+                     f"come from the profiled run with use_cuda_graph=False too; the run with graphs made "
+                     f"{g['graph_launches']} graph launches and {g['kernels_outside_graphs']} other kernel launches.")
+        if g["prompt_graph"]:
             notes.append(f"‡ ran inside the replayed prompt graph, so its wall time is in the prefill row "
                          f"({fmt_ms(g['prompt_ms_with_graph'])} ms for the whole prompt phase; "
                          f"{fmt_ms(g['prompt_ms_without_graph'])} ms without graphs).")
-        if g.get("replayed_kernels"):
-            placed, replayed = g["replayed_kernels_placed"], g["replayed_kernels"]
-            notes.append(f"kernel ms of replayed graphs: {placed} of {replayed} kernels placed in the region they "
-                         "run in with use_cuda_graph=False (same names, same order)"
-                         + ("; the rest count for the region around the replay." if placed < replayed else "."))
     for n in notes:
         print("  " + n)
 
@@ -212,7 +209,7 @@ def print_report(rep: dict, peaks, top: int = 30):
 def print_operators(rep: dict, peaks, top: int = 30):
     ops = rep["operators"]
     unit = "CPU op self time" if rep["device"] == "cpu" else "GPU kernels"
-    print(f"\n== Operators ({unit} of 1 profiled transcription, grouped by phase and name; "
+    print(f"\n== Operators ({unit} of 1 profiled transcription, {rep['profiled_run']}, grouped by phase and name; "
           f"top {min(top, len(ops))} of {len(ops)}) ==")
     rows = []
     for o in ops[:top]:
@@ -227,8 +224,6 @@ def print_operators(rep: dict, peaks, top: int = 30):
         rest = ops[top:]
         print(f"  ... {len(rest)} more rows, {fmt_ms(sum(o['total_ms'] for o in rest))} ms in all (--csv has every row)")
     print(f"  total {fmt_ms(rep['kernel_time_ms'])} ms of {unit.lower()} in the profiled run")
-    if rep.get("operators_note"):
-        print(f"  note: {rep['operators_note']}")
 
     print("\n== Operator classes (per phase; the roofline points) ==")
     rows = []

@@ -521,56 +521,44 @@ def eager_trace_like(graphed) -> list:
     return events
 
 
-def test_graph_replays_split_over_the_eager_regions(h200_trace, real_cfg):
+def test_eager_launches_go_to_their_regions(h200_trace, real_cfg):
+    """With use_cuda_graph=False the replays' kernels are launched one by one (cuLaunchKernelEx, no torch op
+    around them), each inside its own region: the per-part and per-layer split the report takes from it."""
     graphed = trace.parse_trace(h200_trace, "cuda", wall_ms=18.4)
     eager = trace.parse_trace(eager_trace_like(graphed), "cuda", wall_ms=20.0)
-    # Eager Triton launches (cuLaunchKernelEx, no torch op around them) land in their own regions.
-    e = _by_name(eager)
-    assert e["conv1d_gelu_kernel"][2:] == ({"encoder"}, {"conv"})
-    assert e["gemv_kernel"][2:] == ({"decode"}, {"layers"})
-    assert e["Memcpy HtoD (Pageable -> Device)"][2] == {"prefill", "decode"}
-    total_ms = sum(k.ms for k in graphed.kernels)
-    placed, replayed = trace.split_graph_replays(graphed, eager)
-    assert (placed, replayed) == (1319, 1319) and graphed.replayed_split == (1319, 1319)
-    assert sum(k.ms for k in graphed.kernels) == pytest.approx(total_ms)
-    assert sum(graphed.regions.exclusive) == pytest.approx(sum(k.ms for k in graphed.kernels if k.region >= 0))
-    got = _by_name(graphed)
+    got = _by_name(eager)
     assert got["conv1d_gelu_kernel"][2:] == ({"encoder"}, {"conv"})
     assert got["rope_kernel"][2:] == ({"encoder"}, {"layers"})
     assert got["flash_attention_kernel"][2] == {"encoder", "prefill"}
     assert got["splitk_epilogue_kernel"][2] == {"encoder", "projector", "prefill"}
-    assert got["gemv_kernel"][2:] == ({"decode"}, {"layers"})  # steps 2 and 3 reuse the one eager step
+    assert got["gemv_kernel"][2:] == ({"decode"}, {"layers"})
     assert got["lm_head_argmax_kernel"][3] == {"head"}
-    s = components.summarize(graphed.regions, graphed.wall_ms)
+    assert got["Memcpy HtoD (Pageable -> Device)"][2] == {"prefill", "decode"}
+    s = components.summarize(eager.regions, eager.wall_ms)
     assert len(s["layers.encoder"]) == 32 and len(s["layers.prefill"]) == 28 and len(s["layers.decode"]) == 28
-    assert s["encoder"] > 5 * s["projector"] > 0 and s["decode.steps"] == 3
-    prompt = [k for k in graphed.kernels if k.replay == min(k.replay for k in graphed.kernels if k.replay)]
-    uploads = sum(k.ms for k in graphed.kernels if k.replay is None and k.region >= 0
-                  and components.component_of(graphed.regions.chain(k.region))[0] == "prefill")
-    assert s["encoder"] + s["projector"] + s["prefill"] == pytest.approx(sum(k.ms for k in prompt) + uploads)
-    # A replay whose eager run differs keeps the unmatched kernels in the region around the replay.
-    again = trace.parse_trace(h200_trace, "cuda", wall_ms=18.4)
-    for k in eager.kernels:
-        if k.name == "gemv_kernel":
-            k.name = "some_other_gemv"
-    placed, replayed = trace.split_graph_replays(again, eager)
-    assert replayed - placed == 252
-    assert _by_name(again)["gemv_kernel"][2:] == ({"decode"}, {"other"})
+    assert s["encoder"] > 5 * s["projector"] > 0 and s["decode.steps"] == 1
+    prompt = min((k for k in graphed.kernels if k.replay), key=lambda k: k.start).replay
+    prompt_ms = sum(k.ms for k in graphed.kernels if k.replay == prompt)
+    uploads = sum(k.ms for k in eager.kernels if k.name.startswith("Memcpy")
+                  and components.component_of(eager.regions.chain(k.region))[0] == "prefill")
+    assert s["encoder"] + s["projector"] + s["prefill"] == pytest.approx(prompt_ms + uploads)
+    # The graphed run: one replay a token (the prompt phase's, then one a step), no kernel launched outside them.
+    assert trace.graph_launches(graphed) == {"graph_launches": 4, "kernels_outside_graphs": 0}
+    assert trace.graph_launches(eager) == {"graph_launches": 0, "kernels_outside_graphs": 551 + 256}
 
 
 def test_report_of_a_graphed_run_on_the_real_trace(h200_trace, real_cfg, capsys):
-    """build_report / print_report with the real graphed profile, its eager counterpart and timer runs
-    in which no region but decoder.prefill / decoder.step ran (the prompt phase is one graph)."""
+    """build_report / print_report with timer runs in which no region but decoder.prefill / decoder.step ran
+    (the prompt phase is one graph) and the eager counterpart of the real graphed profile."""
     graphed = trace.parse_trace(h200_trace, "cuda", wall_ms=18.4)
-    graphed.tokens = [1, 2, 3, 4]
     eager = trace.parse_trace(eager_trace_like(graphed), "cuda", wall_ms=30.0)
+    eager.tokens = [1, 2, 3, 4]
     timed = [components.summarize(components.Regions(["decoder.prefill"] + ["decoder.step"] * 3, [-1] * 4,
                                                    [10.8, 1.6, 1.6, 1.6]), 16.0)] * 2
-    trace.split_graph_replays(graphed, eager)
-    measured = {"e2e": [15.9, 16.1], "tokens": graphed.tokens, "components": components.aggregate(timed),
-                "profile": graphed,
-                "graph": {"components": components.aggregate([components.summarize(eager.regions, 30.0)] * 2),
-                          "profile": eager}}
+    measured = {"e2e": [15.9, 16.1], "tokens": eager.tokens, "components": components.aggregate(timed),
+                "profile": eager,
+                "graph": {"components": components.aggregate([components.summarize(eager.regions, 30.0)] * 2)}
+                | trace.graph_launches(graphed)}
     inputs = SimpleNamespace(input_features=torch.zeros(1, 128, 3000), input_ids=torch.zeros(1, 59), batch_size=1)
     session = SimpleNamespace(device="cuda", inputs=inputs, audio_seconds=3.5,
                               checkpoint=SimpleNamespace(config=real_cfg, processor=None, description="random"))
@@ -579,18 +567,17 @@ def test_report_of_a_graphed_run_on_the_real_trace(h200_trace, real_cfg, capsys)
     rows = {r["key"]: r for r in rep["components"]}
     assert rows["encoder"]["in_graph"] and rows["encoder"]["wall_ms"] == 0 and rows["encoder"]["kernel_ms"] > 3
     assert rows["encoder.layers"]["graph_off"] and rows["encoder.layers"]["wall_ms"] > 0
-    assert rep["cuda_graph"]["prompt_graph"] and rep["cuda_graph"]["replayed_kernels_placed"] == 1319
-    # One replay a token (the prompt phase's, then one a step) and no kernel launched outside them.
-    assert rep["cuda_graph"]["graph_launches"] == len(graphed.tokens)
-    assert rep["cuda_graph"]["kernels_outside_graphs"] == 0
+    assert rows["prefill"]["wall_ms"] == pytest.approx(10.8) and rows["decode"]["wall_ms"] == pytest.approx(4.8)
+    assert rep["cuda_graph"]["prompt_graph"] and rep["profiled_run"] == "use_cuda_graph=False"
+    assert rep["cuda_graph"]["graph_launches"] == 4 and rep["cuda_graph"]["kernels_outside_graphs"] == 0
     assert len(rep["layers"]["encoder"]) == 32 and rep["layers"]["prompt_source"] == "use_cuda_graph=False runs"
-    assert rep["kernel_time_ms"] == pytest.approx(sum(k.ms for k in graphed.kernels))
+    assert len(rep["layers"]["encoder_kernel_ms"]) == 32 and len(rep["layers"]["decode_kernel_ms"]) == 28
+    assert rep["kernel_time_ms"] == pytest.approx(sum(k.ms for k in eager.kernels))
     kernels = {o["kernel"] for o in rep["operators"]}
     assert set(TRITON_KERNELS) <= kernels
-    assert "1319 of 1319 kernels replayed" in rep["operators_note"]
     benchmark_detailed.print_report(rep, FAKE_H200)
     out = capsys.readouterr().out
-    assert "encoder ‡" in out and "flash_attention_kernel" in out and "1319 of 1319" in out
+    assert "encoder ‡" in out and "flash_attention_kernel" in out and "4 graph launches" in out
     for c in rep["operator_classes"]:  # only fused classes (pointwise, rope of the encoder...) lack kernels
         assert c["kernels"] or c["class"] not in ("gemm", "attention", "norm", "conv", "lm_head"), c
 

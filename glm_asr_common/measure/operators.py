@@ -53,11 +53,6 @@ def is_aux_kernel(kernel_name: str) -> bool:
     return re.search(_AUX, kernel_name.lower()) is not None
 
 
-def has_kernels(profile) -> bool:
-    """Whether a profiled run recorded any device work besides copies."""
-    return any(kernel_class(k.name) != "copy" for k in profile.kernels)
-
-
 def classify(kernel, chain) -> tuple[str, str, str]:
     """(phase, part, class) of one kernel record: torch op ancestry first, then the kernel's name, then
     its region (a GEMM in a head region is the lm_head)."""

@@ -1,11 +1,10 @@
 """torch.profiler's view of one transcription: every device kernel (on a CPU: every torch op's self time)
 attributed to the innermost region around it (glm_asr_common.model.regions), with the torch op that
 launched it (its class, and its FLOPs and bytes from the recorded shapes) and its operator class.
-Kernels replayed from a CUDA graph go to the region around the replay, or, with ``split_graph_replays``
-and an eager run of the same work, to the regions they have there.
+Kernels replayed from a CUDA graph go to the region around the replay (no region runs inside one):
+the same kernels, launched one by one with the graphs off, each go to their own region.
 """
 
-import difflib
 import gzip
 import json
 import os
@@ -15,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..model.regions import REGION_NAMES
 from .components import Regions
-from .operators import torch_op_class
+from .operators import kernel_class, torch_op_class
 from .roofline import shape_cost
 from .timer import time_call
 
@@ -66,7 +65,6 @@ class ProfileResult:
     wall_ms: float                 # the profiled transcription, synchronised (profiler overhead included)
     device: str
     tokens: list = field(default_factory=list)
-    replayed_split: tuple = (0, 0)  # (replayed kernels placed in eager regions, replayed kernels): split_graph_replays
 
 
 @dataclass
@@ -135,7 +133,7 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
     """Attribute kernels (CUDA) or torch-op self times (CPU) of a Chrome trace to the innermost region.
 
     ``trace``: the trace's JSON object (or its list of events). Kernels replayed from a CUDA graph go
-    to the region around the replay; ``split_graph_replays`` can place them further down.
+    to the region around the replay.
     """
     events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     host, launches, device_events, gpu_regions = [], {}, [], []
@@ -283,66 +281,9 @@ def _tally(result: ProfileResult):
             result.regions.exclusive[k.region] += k.ms
 
 
-def split_graph_replays(graphed: ProfileResult, eager: ProfileResult) -> tuple[int, int]:
-    """Place kernels replayed from CUDA graphs in the regions the same work has when run eagerly.
-
-    Inside a replay no region runs, so ``parse_trace`` leaves its kernels in the region around the
-    replay (a whole prompt phase in decoder.prefill, a step in decoder.step). A graph replays the
-    launches of its capture in order, and the eager run (use_cuda_graph=False) launches the same
-    kernels under their regions: the n-th replay inside the n-th instance of region R is matched with
-    the kernels of the n-th eager instance of R, by name, in order (longest common subsequence), and
-    each matched kernel moves to a copy of its eager region, nested under R. Unmatched kernels stay in R.
-    Changes ``graphed`` in place; returns (kernels placed, replayed kernels).
-    """
-    groups: dict = {}
-    for k in graphed.kernels:
-        if k.replay is not None:
-            groups.setdefault((k.replay, k.region), []).append(k)
-    total = sum(len(g) for g in groups.values())
-    regs, eregs = graphed.regions, eager.regions
-    seen_of = {}  # region instance → its occurrence number among instances of that name
-    counts: dict = {}
-    for i, name in enumerate(regs.names):
-        seen_of[i] = counts.get(name, 0)
-        counts[name] = seen_of[i] + 1
-    eager_instances: dict = {}
-    for j, name in enumerate(eregs.names):
-        eager_instances.setdefault(name, []).append(j)
-    eager_kernels = sorted((k for k in eager.kernels if k.region >= 0), key=lambda k: k.start)
-    placed = 0
-    for (_, region), group in sorted(groups.items(), key=lambda item: item[1][0].start):
-        if region < 0 or region >= len(seen_of):
-            continue
-        instances = eager_instances.get(regs.names[region])
-        if not instances:
-            continue
-        root = instances[min(seen_of[region], len(instances) - 1)]
-        inside = {root}
-        for j in range(root + 1, len(eregs.names)):
-            if eregs.parents[j] in inside:
-                inside.add(j)
-        reference = [k for k in eager_kernels if k.region in inside]
-        copy_of = {root: region}
-
-        def copy(j):
-            if j not in copy_of:
-                p = copy(eregs.parents[j])
-                copy_of[j] = len(regs.names)
-                regs.names.append(eregs.names[j])
-                regs.parents.append(p)
-                regs.exclusive.append(0.0)
-            return copy_of[j]
-
-        group.sort(key=lambda k: k.start)
-        matcher = difflib.SequenceMatcher(None, [k.name for k in reference], [k.name for k in group], autojunk=False)
-        for a, b, size in matcher.get_matching_blocks():
-            for ref, k in zip(reference[a:a + size], group[b:b + size]):
-                k.region = copy(ref.region)
-                if k.torch_op is None and ref.torch_op is not None:
-                    k.torch_op, k.cost = ref.torch_op, ref.cost
-                placed += 1
-    _tally(graphed)
-    graphed.replayed_split = (placed, total)
-    return placed, total
-
-
+def graph_launches(profile: ProfileResult) -> dict:
+    """A profiled run's CUDA-graph replays and the kernels it launched one by one outside them (copies
+    aside): a transcription that is all graphs has one replay a token and no such kernel."""
+    return {"graph_launches": len({k.replay for k in profile.kernels if k.replay is not None}),
+            "kernels_outside_graphs": sum(k.replay is None and kernel_class(k.name) != "copy"
+                                          for k in profile.kernels)}
