@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import platform
 from dataclasses import asdict, dataclass
@@ -247,47 +246,6 @@ def by_class(ops: list[Op]) -> dict[tuple[str, str], tuple[float, float]]:
         acc[0] += op.flops
         acc[1] += op.bytes
     return {k: (v[0], v[1]) for k, v in out.items()}
-
-
-_DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "BFloat16": 2, "Half": 2}
-
-
-def _numel(shape) -> int:
-    return math.prod(shape) if shape else 1
-
-
-def shape_cost(op_name: str, shapes, dtypes=None, concrete=None) -> tuple[float, float] | None:
-    """(FLOPs, bytes) of one torch op call from its recorded input shapes, or None if not a known op.
-
-    aten::linear (x, W[N,K], b), aten::addmm (b, x[M,K], W^T[K,N]), aten::mm / matmul / bmm, and
-    scaled_dot_product_attention variants (q [B,Hq,Tq,D], k/v [B,Hkv,Tk,D]; is_causal honoured when
-    the profiler recorded it). Same formulas as the logical ops above.
-    """
-    if not shapes:
-        return None
-    e = next((_DTYPE_BYTES[d] for d in (dtypes or []) if d in _DTYPE_BYTES), 4)
-    s = [list(x) if isinstance(x, (list, tuple)) else [] for x in shapes]
-    try:
-        if op_name == "aten::linear" and len(s[0]) >= 1 and len(s[1]) == 2:
-            op = gemm("", "", _numel(s[0][:-1]), s[1][0], s[0][-1], e, bias=len(s) > 2 and len(s[2]) == 1)
-        elif op_name == "aten::addmm" and len(s[1]) == 2 and len(s[2]) == 2:
-            (M, K), N = s[1], s[2][1]
-            op = gemm("", "", M, N, K, e)
-            return op.flops + M * N, op.bytes + e * _numel(s[0])  # the added term: a bias row or a full matrix
-        elif op_name in ("aten::mm", "aten::matmul") and len(s[0]) >= 2 and len(s[1]) == 2:
-            op = gemm("", "", _numel(s[0][:-1]), s[1][1], s[0][-1], e)
-        elif op_name in ("aten::bmm", "aten::matmul") and len(s[0]) == 3 and len(s[1]) == 3:
-            op = gemm("", "", s[0][1], s[1][2], s[0][2], e).scaled(s[0][0])
-        elif op_name.startswith(("aten::scaled_dot_product_attention", "aten::_scaled_dot_product")):
-            (B, Hq, Tq, D), (_, Hkv, Tk, _) = s[0], s[1]  # (B, H, T, D) for these ops
-            causal = bool(concrete and len(concrete) > 5 and str(concrete[5]) == "True")  # trace: strings
-            op = attention("", "", batch=B, q_heads=Hq, kv_heads=Hkv, tq=Tq, tk=Tk, head_dim=D, e=e,
-                           causal=causal and Tq <= Tk)
-        else:
-            return None
-        return op.flops, op.bytes
-    except (TypeError, ValueError, IndexError):
-        return None
 
 
 def cache_dir() -> Path:
