@@ -125,7 +125,8 @@ def build_report(session, args, measured: dict, peaks, label: str) -> dict:
         "layers": {
             "encoder": lcomp["layers.encoder"], "prefill": lcomp["layers.prefill"],
             "decode": (gcomp or comp)["layers.decode"],
-            "prompt_source": off if prompt_graph else "the same runs", "decode_source": off if graph else "the same runs",
+            "prompt_source": off if prompt_graph else "the same runs",
+            "decode_source": off if graph else "the same runs",
             "encoder_kernel_ms": kern["layers.encoder"], "prefill_kernel_ms": kern["layers.prefill"],
             "decode_kernel_ms": kern["layers.decode"]},
         # The kernel columns and tables come from the profiled run: with use_cuda_graph=False where the model
