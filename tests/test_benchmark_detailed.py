@@ -196,7 +196,7 @@ def test_decode_step_weight_bytes_bf16(real_cfg):
     weights = REAL["dec_layers"] * per_layer + REAL["vocab"] * h  # + lm_head
     hand_bytes = 2 * weights
     assert hand_bytes == pytest.approx(2.94e9, rel=0.01)
-    ops = roofline.decode_step_ops(real_cfg, batch=1, cache_len=80, e=2)
+    ops = roofline.decoder_ops(real_cfg, "decode", batch=1, tokens=1, cache_len=80, e=2)
     _, gemv_bytes = roofline.totals(ops, classes={"gemm", "lm_head"})
     assert gemv_bytes == pytest.approx(hand_bytes, rel=0.01)
     assert gemv_bytes == pytest.approx(2.94e9, rel=0.01)
@@ -222,7 +222,7 @@ def test_encoder_flops_one_window(real_cfg):
 
 def test_prefill_projector_gemm_and_attention_formulas(real_cfg):
     p = 60
-    ops = roofline.prefill_ops(real_cfg, batch=1, prompt_len=p, e=2)
+    ops = roofline.decoder_ops(real_cfg, "prefill", batch=1, tokens=p, cache_len=p, e=2)
     attn_flops, _ = roofline.totals(ops, classes={"attention"})
     pairs = p * (p + 1) // 2  # causal
     assert attn_flops == pytest.approx(REAL["dec_layers"] * 4 * REAL["dec_d"] * REAL["q_heads"] * pairs)
@@ -240,7 +240,7 @@ def test_prefill_projector_gemm_and_attention_formulas(real_cfg):
     # A whole transcription = encoder + projector + prefill + every step (cache grows by one each).
     whole = roofline.transcription_ops(real_cfg, windows=1, mel_frames=3000, prompt_len=p, decode_steps=3,
                                        dtype="bfloat16")
-    steps = sum(roofline.totals(roofline.decode_step_ops(real_cfg, batch=1, cache_len=p + s, e=2))[1]
+    steps = sum(roofline.totals(roofline.decoder_ops(real_cfg, "decode", batch=1, tokens=1, cache_len=p + s, e=2))[1]
                 for s in (1, 2, 3))
     assert roofline.totals(whole, phase="decode")[1] == pytest.approx(steps)
 
@@ -251,15 +251,17 @@ def test_verdicts_from_intensity_and_achieved_fraction():
     assert peaks.ridge("bfloat16") == pytest.approx(700e12 / 3e12)
     # Decode GEMV: 2.9 GB in 1.2 ms is 2.4 TB/s, AI ≈ 1: memory-bound near the roof.
     v = roofline.assess(2.9e9, 2.9e9, 1.2e-3, 196, peaks, "bfloat16")
-    assert v.verdict == "memory-bound" and 70 < v.pct_roof < 90
+    assert v["verdict"] == "memory-bound" and 70 < v["pct_roof"] < 90
+    assert v["gbps"] == pytest.approx(2.9e9 / 1.2e-3 / 1e9) and v["intensity"] == 1
     # Encoder GEMMs: 1.9 TFLOP at AI ≈ 550 in 4 ms: compute-bound.
     v = roofline.assess(1.9e12, 3.47e9, 4e-3, 128, peaks, "bfloat16")
-    assert v.verdict == "compute-bound" and v.pct_flops > 50
+    assert v["verdict"] == "compute-bound" and v["pct_peak_flops"] > 50
+    assert v["tflops"] == pytest.approx(1.9e12 / 4e-3 / 1e12)
     # A 3 µs norm reaching 1% of the bandwidth: latency-bound.
     v = roofline.assess(1e5, 1e5, 3e-6, 1, peaks, "bfloat16")
-    assert v.verdict == "latency-bound"
+    assert v["verdict"] == "latency-bound"
     # Long but slow: the roof side with a low-utilisation mark.
-    assert roofline.assess(1e9, 1e9, 1.0, 1, peaks, "bfloat16").verdict == "memory-bound, low"
+    assert roofline.assess(1e9, 1e9, 1.0, 1, peaks, "bfloat16")["verdict"] == "memory-bound, low"
     assert roofline.floor_seconds(2.9e9, 2.9e9, peaks, "bfloat16") == pytest.approx(2.9e9 / 3e12)
 
 

@@ -265,9 +265,8 @@ def run_micro(args, folders: list[str], peaks, device: str) -> dict:
                                  "note": f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"}
                 if entry["us"]:
                     roof = roofline.assess(op.flops, op.bytes, entry["us"] / 1e6, 1, peaks, args.precision)
-                    entry.update({"tflops": roof.achieved_flops / 1e12, "gbps": roof.achieved_bw / 1e9,
-                                  "pct_roof": roof.pct_roof, "verdict": roof.verdict,
-                                  "speedup_vs_torch": tmed / entry["us"]})
+                    entry.update({key: roof[key] for key in ("tflops", "gbps", "pct_roof", "verdict")},
+                                 speedup_vs_torch=tmed / entry["us"])
                 row["impls"].append(entry)
             rows.append(row)
         sections.append({"kind": kind, "rows": rows})

@@ -100,7 +100,7 @@ def operator_tables(profile, ops: list, peaks, dtype: str) -> tuple[list[dict], 
                      source="model" if len(working) == 1 else "model~")
 
     def verdicts(flops, nbytes, ms, calls, cls) -> dict:
-        fields = roofline.assess(flops, nbytes, ms / 1000, calls, peaks, dtype).fields()
+        fields = roofline.assess(flops, nbytes, ms / 1000, calls, peaks, dtype)
         return fields | ({"verdict": "host (Python)"} if cls == "host" else {})
 
     operators = [{"phase": g["phase"], "class": g["class"], "kernel": g["kernel"], "calls": g["calls"],
@@ -122,6 +122,5 @@ def operator_tables(profile, ops: list, peaks, dtype: str) -> tuple[list[dict], 
                         "pct": 100 * ms / total_ms, "flops": flops, "bytes": nbytes, "model_flops": model_flops,
                         "model_bytes": model_bytes}
                        | (verdicts(flops, nbytes, ms, calls, key[1]) if rows else
-                          dict.fromkeys(("intensity", "tflops", "gbps", "pct_peak_flops", "pct_peak_bw", "pct_roof"))
-                          | {"verdict": "no kernel (fused/decomposed)"}))
+                          dict.fromkeys(roofline.ROOF_FIELDS) | {"verdict": "no kernel (fused/decomposed)"}))
     return operators, classes
