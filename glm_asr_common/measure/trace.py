@@ -51,16 +51,14 @@ class KernelRecord:
     region: int            # index into ProfileResult.regions, -1 outside every region
     torch_op: str | None = None  # the torch op below the region that launched it, if any
     call: object = None    # CPU: the op call this self time belongs to (calls = distinct values); GPU: None
-    start: int = 0         # start in the trace's clock (ns): kernel order
     replay: int | None = None  # correlation id of the CUDA-graph launch that replayed it, if one did
 
 
 @dataclass
 class ProfileResult:
     regions: Regions               # exclusive = kernel ms attributed directly to the instance
-    kernels: list                  # KernelRecord
+    kernels: list                  # KernelRecord, in start order
     wall_ms: float                 # the profiled transcription, synchronised (profiler overhead included)
-    device: str
     tokens: list = field(default_factory=list)
 
 
@@ -210,7 +208,7 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
         for d, i, launch in zip(device_events, where, launch_of):
             replay = launch is not None and "graphlaunch" in launch.name.lower()
             kernels.append(KernelRecord(d.name, (d.end - d.start) / 1e6, region_of[i] if i >= 0 else -1,
-                                        torch_op(i)[1] if i >= 0 else None, start=d.start,
+                                        torch_op(i)[1] if i >= 0 else None,
                                         replay=d.args["correlation"] if replay else None))
     else:
         # CPU: a "kernel" is a torch op's self time; a region's own self time is host Python.
@@ -224,17 +222,17 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
                 continue
             if region_idx[i] >= 0:
                 kernels.append(KernelRecord("(host: Python between ops)", self_ms, region_idx[i],
-                                            call=("region", i), start=s.start))
+                                            call=("region", i)))
             else:
                 # Grouped by the torch op the model called (aten::linear, not its aten::t/mm/copy_ inside).
                 top, name = torch_op(i)
-                kernels.append(KernelRecord(name, self_ms, region_of[i], name, ("op", top), start=s.start))
+                kernels.append(KernelRecord(name, self_ms, region_of[i], name, ("op", top)))
 
     regions.exclusive = [0.0] * len(regions.names)
     for k in kernels:
         if k.region >= 0:
             regions.exclusive[k.region] += k.ms
-    return ProfileResult(regions, kernels, wall_ms, device)
+    return ProfileResult(regions, kernels, wall_ms)
 
 
 def graph_launches(profile: ProfileResult) -> dict:
