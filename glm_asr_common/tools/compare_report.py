@@ -244,8 +244,8 @@ def e2e_table(report: dict) -> str:
     return pipe_table(["run", "what", "time", "ms/token", "tokens", f"ids = {report['reference_label'] or 'reference'}",
                        "TFLOP/s", "GB/s", "floor / time"],
                       [[r["label"], r["what"], f"{r['mean_ms']:.1f} ± {r['std_ms']:.1f} ms",
-                        f"{r['ms_per_token']:.2f}", r["tokens"], same[r["ids_equal_reference"]], f"{r['tflops']:.3g}", f"{r['gbps']:.3g}",
-                        f"{r['floor_fraction'] * 100:.2g} %"] for r in report["end_to_end"]])
+                        f"{r['ms_per_token']:.2f}", r["tokens"], same[r["ids_equal_reference"]], f"{r['tflops']:.3g}",
+                        f"{r['gbps']:.3g}", f"{r['floor_fraction'] * 100:.2g} %"] for r in report["end_to_end"]])
 
 
 def bottlenecks(report: dict) -> list[str]:
