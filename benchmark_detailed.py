@@ -18,8 +18,8 @@ the modules of glm_asr_common.measure take them, this file parses the options an
      kernel name (operators), with FLOPs and bytes of the logical operations (roofline) and a roofline
      verdict against measured peaks;
   4. a track that replays CUDA graphs (model.use_cuda_graph: the decode step, maybe the whole prompt
-     phase) is measured again with the graphs off: the per-layer split (no region runs inside a
-     replay), and the eager kernel order that places each replayed kernel in its region (breakdown).
+     phase): 1 and 2 as it runs, its graph launches counted in one profiled run, then the parts, the
+     per-layer split (no region runs inside a replay) and 3 with use_cuda_graph=False (breakdown).
 --attention-only / --linear-only: micro; --plot: plots.
 Exit codes: 0 done, 2 bad input (one line on stderr).
 """
@@ -27,6 +27,7 @@ Exit codes: 0 done, 2 bad input (one line on stderr).
 from __future__ import annotations
 
 import csv
+import io
 import os
 import shutil
 import statistics
@@ -40,12 +41,11 @@ from glm_asr_common.measure.breakdown import build_report, comparison, measure
 from glm_asr_common.measure.micro import run_micro
 from glm_asr_common.measure.plots import fmt_ms, pyplot, write_plots
 from glm_asr_common.measure.timer import time_call
-from glm_asr_common.measure.trace import init_profiler_for_cuda_graphs
 from glm_asr_common.model.precision import from_options
 from glm_asr_common.reference.hf_model import HFTrack, raw_config
-from glm_asr_common.tools.command_line import (ArgumentParser, Session, add_common_args, check_json_path, open_session,
-                                               positive_int, release, resolve_device, settle_run_options,
-                                               write_json)
+from glm_asr_common.tools.command_line import (ArgumentParser, Session, add_common_args, check_output_path,
+                                               open_session, positive_int, release, resolve_device,
+                                               settle_run_options, write_json, write_output)
 from glm_asr_common.tools.tracks import REPO_ROOT, resolve_path, track_folders, track_paths
 
 FOOTER = (
@@ -69,20 +69,21 @@ def fmt_num(x: float | None, scale: float = 1.0, digits: int = 1) -> str:
     return f"{v:.{digits}f}" if abs(v) >= 1 else f"{v:.3f}"
 
 
-def short(name: str, width: int) -> str:
-    name = " ".join(name.split())
-    return name if len(name) <= width else name[: width - 1] + "…"
+def table(headers: list[str], rows: list[list], left: int = 1) -> str:
+    """Fixed-width columns: the first ``left`` (names) and any "verdict" column left-aligned, numbers right."""
+    cells = [[str(c) for c in row] for row in [headers] + rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) if i < left or headers[i] == "verdict" else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in cells]
+    return "\n".join(lines[:1] + ["  ".join("-" * w for w in widths)] + lines[1:])
 
 
-def table(headers: list[str], rows: list[list[str]], align: str | None = None) -> str:
-    """Fixed-width table: first column left-aligned, the rest right-aligned (align: 'l'/'r' per column)."""
-    align = align or "l" + "r" * (len(headers) - 1)
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
-    def line(cells):
-        return "  ".join(str(c).ljust(w) if a == "l" else str(c).rjust(w) for c, w, a in zip(cells, widths, align)).rstrip()
-    out = [line(headers), "  ".join("-" * w for w in widths)]
-    out += [line(r) for r in rows]
-    return "\n".join(out)
+def banner(title: str):
+    print("\n" + "=" * 100 + f"\n{title}\n" + "=" * 100)
+
+
+def iqr(q1: float, q3: float) -> str:
+    return f"{fmt_ms(q1)}-{fmt_ms(q3)}"
 
 
 def open_hf_session(args, like) -> Session:
@@ -102,173 +103,127 @@ def split_track(spec: str) -> tuple[str, str | None]:
     return folder.rstrip("/").split("/")[-1], path or None
 
 
-def analyze(args, folder: str, peaks, hf_like=None) -> tuple[dict, object]:
-    """Load ``folder`` (or transformers when hf_like is a session), measure, return (report, session)."""
-    if hf_like is None:
-        session = open_session(args, folder)
-        label = folder.rstrip("/").split("/")[-1]
-        if len(track_paths(label)) > 1:  # which path, where a folder has several (fast / course)
-            label = f"{label}:{session.path}"
-    else:
-        session = open_hf_session(args, hf_like)
-        label = "transformers"
-    measured = measure(session, args, label)
-    return build_report(session, args, measured, peaks, label), session
-
-
 def print_report(rep: dict, peaks, top: int = 30):
-    device = rep["device"]
-    cpu = device == "cpu"
+    cpu = rep["device"] == "cpu"
     kcol = "CPU ms (prof.)" if cpu else "kernel ms"
-    e = rep["end_to_end"]
-    print()
-    print("=" * 100)
-    print(f"DETAILED BENCHMARK: {rep['label']}")
-    print("=" * 100)
-    print(f"Model: {rep['model']} (precision {rep['precision']}, {device})")
+    e, t, d = rep["end_to_end"], rep["component_totals"], rep["decode_step"]
+    banner(f"DETAILED BENCHMARK: {rep['label']}")
+    print(f"Model: {rep['model']} (precision {rep['precision']}, {rep['device']})")
     print(f"Input: {rep['audio_seconds']:.2f}s audio, {rep['windows']} window(s) of {rep['mel_frames']} mel frames, "
           f"prompt {rep['prompt_len']} tokens; {rep['tokens']} tokens generated ({rep['decode_steps']} decode steps)")
     if rep["transcription"]:
         print(f"Transcription: {rep['transcription']}")
     print(f"Peaks: {peaks.describe()}")
     print(f"Ridge point ({rep['precision']}): {peaks.ridge(rep['precision']):.0f} FLOP/byte")
-    print(f"Runs: {rep['warmup']} warm-up, then {rep['runs']} plain and {rep['runs']} region-timed runs (alternating) + 1 profiled")
+    print(f"Runs: {rep['warmup']} warm-up, then {rep['runs']} plain and {rep['runs']} region-timed runs "
+          f"(alternating) + 1 profiled ({rep['profiled_run']})")
 
     print("\n== End to end ==")
-    print(f"  {fmt_ms(e['median_ms'])} ms median  [IQR {fmt_ms(e['q1_ms'])} - {fmt_ms(e['q3_ms'])}, "
-          f"min {fmt_ms(e['min_ms'])}, max {fmt_ms(e['max_ms'])}] over {len(e['runs_ms'])} runs; "
-          f"{fmt_ms(e['ms_per_token'])} ms/token")
+    print(f"  {fmt_ms(e['median_ms'])} ms median  [IQR {iqr(e['q1_ms'], e['q3_ms'])}, min {fmt_ms(e['min_ms'])}, "
+          f"max {fmt_ms(e['max_ms'])}] over {len(e['runs_ms'])} runs; {fmt_ms(e['ms_per_token'])} ms/token")
 
     print(f"\n== Components (median of {rep['runs']} runs with region timers; {kcol} from the profiled run) ==")
-    rows = []
-    for r in rep["components"]:
-        name = ("  " * r["level"]) + r["name"] + (" †" if r["graph_off"] else "") + (" ‡" if r.get("in_graph") else "")
-        rows.append([name, fmt_ms(r["wall_ms"]), f"{fmt_ms(r['q1_ms'])}-{fmt_ms(r['q3_ms'])}",
-                     f"{r['pct']:.1f}%", fmt_ms(r["kernel_ms"])])
-    t = rep["component_totals"]
-    d = rep["decode_step"]
-    rows.append(["decode step (median; not added)", fmt_ms(d["median_ms"]), f"{fmt_ms(d['q1_ms'])}-{fmt_ms(d['q3_ms'])}",
-                 "", fmt_ms(d["kernel_median_ms"])])
-    rows.append(["sum of the top-level rows", fmt_ms(t["sum_ms"]), "", f"{100 * t['sum_ms'] / t['end_to_end_ms']:.1f}%"
-                 if t["end_to_end_ms"] else "", fmt_ms(t["kernel_sum_ms"])])
-    rows.append(["end to end of these runs / profiled run", fmt_ms(t["end_to_end_ms"]),
-                 f"{fmt_ms(t['end_to_end_q1_ms'])}-{fmt_ms(t['end_to_end_q3_ms'])}", "100.0%",
-                 fmt_ms(t["profiled_wall_ms"])])
-    rows.append(["unexplained remainder (e2e - sum)", fmt_ms(t["remainder_ms"]), "", f"{t['remainder_pct']:.1f}%",
-                 fmt_ms(t["kernel_remainder_ms"])])
+    rows = [["  " * r["level"] + r["name"] + (" †" if r["graph_off"] else " ‡" if r["in_graph"] else ""),
+             fmt_ms(r["wall_ms"]), iqr(r["q1_ms"], r["q3_ms"]), f"{r['pct']:.1f}%", fmt_ms(r["kernel_ms"])]
+            for r in rep["components"]]
+    share = f"{100 * t['sum_ms'] / t['end_to_end_ms']:.1f}%" if t["end_to_end_ms"] else ""
+    rows += [["decode step (median; not added)", fmt_ms(d["median_ms"]), iqr(d["q1_ms"], d["q3_ms"]), "",
+              fmt_ms(d["kernel_median_ms"])],
+             ["sum of the top-level rows", fmt_ms(t["sum_ms"]), "", share, fmt_ms(t["kernel_sum_ms"])],
+             ["end to end of these runs / profiled run", fmt_ms(t["end_to_end_ms"]),
+              iqr(t["end_to_end_q1_ms"], t["end_to_end_q3_ms"]), "100.0%", fmt_ms(t["profiled_wall_ms"])],
+             ["unexplained remainder (e2e - sum)", fmt_ms(t["remainder_ms"]), "", f"{t['remainder_pct']:.1f}%",
+              fmt_ms(t["kernel_remainder_ms"])]]
     print(table(["component", "wall ms", "IQR", "% e2e", kcol], rows))
-    print(f"  Without region timers (the end-to-end runs above): {fmt_ms(t['plain_end_to_end_ms'])} ms, so the "
-          f"timers cost {fmt_ms(t['timer_overhead_ms'])} ms (noise included).")
-    notes = []
+    notes = [f"Without region timers (the end-to-end runs above): {fmt_ms(t['plain_end_to_end_ms'])} ms, so the "
+             f"timers cost {fmt_ms(t['timer_overhead_ms'])} ms (noise included).",
+             "wall ms = time between region entry and exit (CUDA events / CPU clock) in the same runs; its "
+             "remainder is only that medians do not add exactly."]
     if cpu:
         notes.append("CPU ms (prof.) = CPU time of the ranges in the profiled run (torch ops + Python inside them); "
                      "its remainder is host time outside every op.")
     else:
         notes.append("kernel ms = GPU kernel time attributed to the innermost region in the profiled run; its "
                      "remainder is GPU idle time (launch gaps, host work, syncs).")
-        if rep["decode_step"]["kernel_median_ms"] > 1.05 * rep["decode_step"]["median_ms"]:
-            notes.append("kernel ms above wall ms: with programmatic dependent launch (Hopper and later) a kernel "
-                         "starts before the previous one ends and its time includes that wait, so kernels overlap "
-                         "and their sum exceeds the wall time; GLM_ASR_PDL=0 gives per-kernel times without overlap.")
-    notes.append("wall ms = time between region entry and exit (CUDA events / CPU clock) in the same runs; its "
-                 "remainder is only that medians do not add exactly.")
-    if rep["cuda_graph"]:
-        g = rep["cuda_graph"]
-        what = "parts and per-layer times" if g.get("prompt_graph") else "decode parts and per-layer decode times"
+    if not cpu and d["kernel_median_ms"] > 1.05 * d["median_ms"]:
+        notes.append("kernel ms above wall ms: with programmatic dependent launch (Hopper and later) a kernel "
+                     "starts before the previous one ends and its time includes that wait, so kernels overlap "
+                     "and their sum exceeds the wall time; GLM_ASR_PDL=0 gives per-kernel times without overlap.")
+    g = rep["cuda_graph"]
+    if g:
+        what = "parts and per-layer times" if g["prompt_graph"] else "decode parts and per-layer decode times"
         notes.append(f"† {what} come from runs with use_cuda_graph=False (a graph replay runs no region inside "
                      f"it): a step takes {fmt_ms(g['step_ms_with_graph'])} ms with the graph, "
-                     f"{fmt_ms(g['step_ms_without_graph'])} ms without.")
-        if g.get("prompt_graph"):
-            notes.append(f"‡ ran inside the replayed prompt graph, so its wall time is in the prefill row "
-                         f"({fmt_ms(g['prompt_ms_with_graph'])} ms for the whole prompt phase; "
-                         f"{fmt_ms(g['prompt_ms_without_graph'])} ms without graphs).")
-        if g.get("replayed_kernels"):
-            placed, replayed = g["replayed_kernels_placed"], g["replayed_kernels"]
-            notes.append(f"kernel ms of replayed graphs: {placed} of {replayed} kernels placed in the region they "
-                         "run in with use_cuda_graph=False (same names, same order)"
-                         + ("; the rest count for the region around the replay." if placed < replayed else "."))
-    for n in notes:
-        print("  " + n)
+                     f"{fmt_ms(g['step_ms_without_graph'])} ms without. The {kcol} column and the kernel tables "
+                     f"come from the profiled run with use_cuda_graph=False too; the run with graphs made "
+                     f"{g['graph_launches']} graph launches and {g['kernels_outside_graphs']} other kernel launches.")
+    if g and g["prompt_graph"]:
+        notes.append(f"‡ ran inside the replayed prompt graph, so its wall time is in the prefill row "
+                     f"({fmt_ms(g['prompt_ms_with_graph'])} ms for the whole prompt phase; "
+                     f"{fmt_ms(g['prompt_ms_without_graph'])} ms without graphs).")
+    print("\n".join("  " + note for note in notes))
 
-    L = rep["layers"]
-    n = max(len(L["encoder"]), len(L["prefill"]), len(L["decode"]))
+    layers = rep["layers"]
+    columns = ["encoder", "encoder_kernel_ms", "prefill", "prefill_kernel_ms", "decode", "decode_kernel_ms"]
+    n = max(len(layers[c]) for c in columns)
     if n:
-        source = (f"from {L['decode_source']}" if L.get("prompt_source", L["decode_source"]) == L["decode_source"]
-                  else f"encoder/prefill from {L['prompt_source']}, decode from {L['decode_source']}")
+        source = (f"from {layers['decode_source']}" if layers["prompt_source"] == layers["decode_source"] else
+                  f"encoder/prefill from {layers['prompt_source']}, decode from {layers['decode_source']}")
         print(f"\n== Per layer (wall ms, median over runs; decode = median over steps; {source}) ==")
-        rows = []
-        for i in range(n):
-            cell = lambda lst: fmt_ms(lst[i]) if i < len(lst) else ""
-            rows.append([str(i), cell(L["encoder"]), cell(L["encoder_kernel_ms"]), cell(L["prefill"]),
-                         cell(L["prefill_kernel_ms"]), cell(L["decode"]), cell(L["decode_kernel_ms"])])
-        mean = lambda lst: fmt_ms(statistics.fmean(lst)) if lst else ""
-        rows.append(["mean", mean(L["encoder"]), mean(L["encoder_kernel_ms"]), mean(L["prefill"]),
-                     mean(L["prefill_kernel_ms"]), mean(L["decode"]), mean(L["decode_kernel_ms"])])
+        rows = [[str(i)] + [fmt_ms(layers[c][i]) if i < len(layers[c]) else "" for c in columns] for i in range(n)]
+        rows.append(["mean"] + [fmt_ms(statistics.fmean(layers[c])) if layers[c] else "" for c in columns])
         k = "cpu" if cpu else "kern"
         print(table(["layer", "encoder", f"enc {k}", "prefill", f"pre {k}", "decode step", f"dec {k}"], rows))
 
-    print_operators(rep, peaks, top)
-
-
-def print_operators(rep: dict, peaks, top: int = 30):
     ops = rep["operators"]
-    unit = "CPU op self time" if rep["device"] == "cpu" else "GPU kernels"
-    print(f"\n== Operators ({unit} of 1 profiled transcription, grouped by phase and name; "
+    unit = "CPU op self time" if cpu else "GPU kernels"
+    print(f"\n== Operators ({unit} of 1 profiled transcription, {rep['profiled_run']}, grouped by phase and name; "
           f"top {min(top, len(ops))} of {len(ops)}) ==")
     rows = []
     for o in ops[:top]:
-        mark = "~" if o["source"] == "model~" else ""
-        rows.append([o["phase"], o["class"], short(o["kernel"], 44), str(o["calls"]), fmt_ms(o["total_ms"]),
-                     f"{o['pct']:.1f}", fmt_num(o["mean_us"]), mark + fmt_num(o["flops"], 1e9, 2),
-                     mark + fmt_num(o["bytes"], 1e6), fmt_num(o["intensity"]), fmt_num(o["tflops"], 1, 2),
-                     fmt_num(o["gbps"]), fmt_num(o["pct_peak_flops"]), fmt_num(o["pct_peak_bw"]), o["verdict"]])
+        shared = "~" if o["source"] == "model~" else ""
+        name = " ".join(o["kernel"].split())
+        rows.append([o["phase"], o["class"], name if len(name) <= 44 else name[:43] + "…", o["calls"],
+                     fmt_ms(o["total_ms"]), f"{o['pct']:.1f}", fmt_num(o["mean_us"]),
+                     shared + fmt_num(o["flops"], 1e9, 2), shared + fmt_num(o["bytes"], 1e6), fmt_num(o["intensity"]),
+                     fmt_num(o["tflops"], 1, 2), fmt_num(o["gbps"]), fmt_num(o["pct_peak_flops"]),
+                     fmt_num(o["pct_peak_bw"]), o["verdict"]])
     print(table(["phase", "class", "kernel", "calls", "ms", "%", "mean us", "GFLOP", "MB", "AI", "TFLOP/s", "GB/s",
-                 "%pkFLOP", "%pkBW", "verdict"], rows, align="lllrrrrrrrrrrrl"))
+                 "%pkFLOP", "%pkBW", "verdict"], rows, left=3))
     if len(ops) > top:
-        rest = ops[top:]
-        print(f"  ... {len(rest)} more rows, {fmt_ms(sum(o['total_ms'] for o in rest))} ms in all (--csv has every row)")
+        print(f"  ... {len(ops) - top} more rows, {fmt_ms(sum(o['total_ms'] for o in ops[top:]))} ms in all "
+              "(--csv has every row)")
     print(f"  total {fmt_ms(rep['kernel_time_ms'])} ms of {unit.lower()} in the profiled run")
-    if rep.get("operators_note"):
-        print(f"  note: {rep['operators_note']}")
 
     print("\n== Operator classes (per phase; the roofline points) ==")
-    rows = []
-    for c in rep["operator_classes"]:
-        rows.append([c["phase"], c["class"], str(c["kernels"]), str(c["calls"]), fmt_ms(c["total_ms"]) if c["kernels"] else "-",
-                     f"{c['pct']:.1f}", fmt_num(c["flops"], 1e9, 2), fmt_num(c["bytes"], 1e6), fmt_num(c["intensity"]),
-                     fmt_num(c["tflops"], 1, 2), fmt_num(c["gbps"]), fmt_num(c["pct_roof"]), c["verdict"]])
+    rows = [[c["phase"], c["class"], c["kernels"], c["calls"], fmt_ms(c["total_ms"]) if c["kernels"] else "-",
+             f"{c['pct']:.1f}", fmt_num(c["flops"], 1e9, 2), fmt_num(c["bytes"], 1e6), fmt_num(c["intensity"]),
+             fmt_num(c["tflops"], 1, 2), fmt_num(c["gbps"]), fmt_num(c["pct_roof"]), c["verdict"]]
+            for c in rep["operator_classes"]]
     print(table(["phase", "class", "kernels", "calls", "ms", "%", "GFLOP", "MB", "AI", "TFLOP/s", "GB/s", "%roof",
-                 "verdict"], rows, align="llrrrrrrrrrrl"))
-    print()
-    print(FOOTER.format(ridge=peaks.ridge(rep["precision"])))
-
-
-def speedup(base: float, other: float) -> str:
-    if base <= 0 or other <= 0:
-        return "-"
-    return f"{other / base:.2f}x"
+                 "verdict"], rows, left=2))
+    print("\n" + FOOTER.format(ridge=peaks.ridge(rep["precision"])))
 
 
 def print_comparison(cmp: dict):
     labels = cmp["labels"]
     base = labels[0]
-    print("\n" + "=" * 100)
-    print(f"COMPARISON: {' vs '.join(labels)}   (speed-up of {base} = other ms / {base} ms; > 1 means {base} is faster)")
-    print("=" * 100)
+    banner(f"COMPARISON: {' vs '.join(labels)}   (speed-up of {base} = other ms / {base} ms; > 1 means {base} is "
+           "faster)")
     if len(set(cmp["tokens"])) > 1:
         print(f"  note: token counts differ ({', '.join(f'{l}: {t}' for l, t in zip(labels, cmp['tokens']))}); "
               "decode totals are not like for like (use --min-new-tokens N --max-new-tokens N)")
-    headers = ["component (wall ms, median)"] + labels + [f"{base} vs {l}" for l in labels[1:]]
-    rows = []
-    for r in cmp["components"]:
-        rows.append([("  " * r["level"]) + r["name"]] + [fmt_ms(x) for x in r["ms"]] +
-                    [speedup(r["ms"][0], x) for x in r["ms"][1:]])
-    print(table(headers, rows))
+    versus = [f"{base} vs {label}" for label in labels[1:]]
+
+    def cells(ms: list) -> list:
+        return [fmt_ms(x) if x else "-" for x in ms] + [f"{x / ms[0]:.2f}x" if ms[0] > 0 and x > 0 else "-"
+                                                         for x in ms[1:]]
+
+    print(table(["component (wall ms, median)"] + labels + versus,
+                [["  " * r["level"] + r["name"]] + cells(r["ms"]) for r in cmp["components"]]))
     print()
-    headers = ["phase", "class (kernel ms)"] + labels + [f"{base} vs {l}" for l in labels[1:]]
-    rows = [[r["phase"], r["class"]] + [fmt_ms(x) if x else "-" for x in r["ms"]] +
-            [speedup(r["ms"][0], x) for x in r["ms"][1:]] for r in cmp["classes"]]
-    print(table(headers, rows, align="ll" + "r" * (len(headers) - 2)))
+    print(table(["phase", "class (kernel ms)"] + labels + versus,
+                [[r["phase"], r["class"]] + cells(r["ms"]) for r in cmp["classes"]], left=2))
 
 
 CSV_COLUMNS = ["folder", "phase", "class", "kernel", "calls", "total_ms", "pct", "mean_us", "flops", "bytes",
@@ -276,27 +231,17 @@ CSV_COLUMNS = ["folder", "phase", "class", "kernel", "calls", "total_ms", "pct",
 
 
 def write_csv(path: str, reports: list[dict]):
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        with tmp.open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(CSV_COLUMNS)
-            for rep in reports:
-                for o in rep["operators"]:
-                    w.writerow([rep["label"]] + ["" if o.get(c) is None else o[c] for c in CSV_COLUMNS[1:]])
-        os.replace(tmp, target)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"cannot write --csv {path}: {e.strerror}") from None
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(CSV_COLUMNS)
+    writer.writerows([rep["label"]] + ["" if o.get(c) is None else o[c] for c in CSV_COLUMNS[1:]]
+                     for rep in reports for o in rep["operators"])
+    write_output(path, text.getvalue(), "--csv")
 
 
 def print_micro(res: dict, peaks):
-    print()
-    print("=" * 100)
-    print(f"MICRO-BENCHMARKS: {', '.join(res['folders'])} vs torch ({res['precision']}, {res['device']}; "
-          f"median of {res['runs']} calls{', cold L2' if res['device'] == 'cuda' else ''}; seq-len {res['seq_len']})")
-    print("=" * 100)
+    banner(f"MICRO-BENCHMARKS: {', '.join(res['folders'])} vs torch ({res['precision']}, {res['device']}; median of "
+           f"{res['runs']} calls{', cold L2' if res['device'] == 'cuda' else ''}; seq-len {res['seq_len']})")
     print(f"Peaks: {peaks.describe()}")
     for sec in res["sections"]:
         print(f"\n== {sec['kind']} ==")
@@ -315,7 +260,7 @@ def print_micro(res: dict, peaks):
                     row += [fmt_num(i["us"], 1, 1) + tag, f"{i['speedup_vs_torch']:.2f}x", fmt_num(i["pct_roof"]),
                             i["verdict"], f"{i['max_rel_error']:.1e}"]
             rows.append(row)
-        print(table(headers, rows, align="ll" + "r" * (len(headers) - 2)))
+        print(table(headers, rows, left=2))
     print("\nfloor = max(FLOPs / peak FLOP/s, bytes / peak bandwidth) with the measured peaks; speed-up = torch us / "
           "folder us;\n(torch) = the folder has no public launcher for it, so torch itself is its kernel; max err = "
           "max|folder - torch| / max|torch| on the same inputs.")
@@ -327,9 +272,9 @@ def run_nsys(args) -> int:
         raise UserError("--nsys needs NVIDIA Nsight Systems, but `nsys` is not on PATH (install it or drop --nsys)")
     folder = args.folder.rstrip("/").split("/")[-1]
     out = Path(args.nsys_output or f"nsys_{folder}_{args.precision}")
-    passthrough = ["--audio", args.audio, "--model", args.model, "--precision", args.precision, "--warmup", str(args.warmup),
-                   "--runs", str(min(args.runs, 3)), "--max-new-tokens", str(args.max_new_tokens),
-                   "--min-new-tokens", str(args.min_new_tokens)]
+    passthrough = ["--audio", args.audio, "--model", args.model, "--precision", args.precision,
+                   "--warmup", str(args.warmup), "--runs", str(min(args.runs, 3)),
+                   "--max-new-tokens", str(args.max_new_tokens), "--min-new-tokens", str(args.min_new_tokens)]
     if args.device:
         passthrough += ["--device", args.device]
     if args.random_weights:
@@ -378,61 +323,51 @@ def main(argv) -> int:
         print(cpu_defaults)
     # One name for the precision from here on (bf16, tf32, fp32): it picks the roof and the bytes.
     args.precision, args.dtype = from_options(args.precision, args.dtype, device).name, None
-    folders = track_folders()
-    others = [split_track(spec) for spec in args.compare or []]
-    for f in [args.folder] + [other for other, _ in others]:
-        if f not in folders:
-            raise UserError(f"unknown folder {f!r}; choose one of: {', '.join(folders)}")
-    folder = args.folder.rstrip("/").split("/")[-1]
+    tracks = [(args.folder.rstrip("/").split("/")[-1], args.path)] + [split_track(spec) for spec in args.compare or []]
+    for folder, _ in tracks:
+        if folder not in track_folders():
+            raise UserError(f"unknown folder {folder!r}; choose one of: {', '.join(track_folders())}")
     if args.nsys:
         return run_nsys(args)
-    check_json_path(args.json)
-    if args.csv and not Path(args.csv).resolve().parent.is_dir():
-        raise UserError(f"--csv {args.csv}: directory {Path(args.csv).parent} does not exist")
+    check_output_path(args.json)
+    check_output_path(args.csv, "--csv")
     if args.plot:
         pyplot(required_by="--plot")  # fail now, not after the measurements
-    if device == "cuda":
-        init_profiler_for_cuda_graphs()
     peaks = roofline.device_peaks(device, refresh=args.refresh_peaks)
 
     if args.attention_only or args.linear_only:
         if args.baseline:
             print("note: --baseline is for whole transcriptions; the micro-benchmarks compare with torch")
-        folders_run = [folder] + [other for other, _ in others]
         if str(REPO_ROOT) not in sys.path:  # the folders' launchers are imported by name
             sys.path.insert(0, str(REPO_ROOT))
-        res = run_micro(args, folders_run, peaks, device)
+        res = run_micro(args, [folder for folder, _ in tracks], peaks, device)
         print_micro(res, peaks)
         if args.json:
             write_json(args.json, res)
         return 0
 
-    measured_tracks = [(folder, resolve_path(folder, args.path))]
-    for other, other_path in others:
-        # An unknown path fails now, not after the first measurement.
-        if (other, resolve_path(other, other_path)) in measured_tracks:
-            raise UserError(f"--compare {other}:{resolve_path(other, other_path)} names a folder and path already measured")
-        measured_tracks.append((other, resolve_path(other, other_path)))
-    main_report, session = analyze(args, folder, peaks)
-    reports = [main_report]
-    print_report(main_report, peaks, args.top)
-    hf_source = session if args.baseline == "hf" else None  # transformers runs on its inputs, device and weights
-    session.model = None
-    del session
-    release(device)
-    for other, other_path in others:
-        own_path, args.path = args.path, other_path
+    # An unknown path, or a folder and path named twice, fails now, not after the first measurement.
+    tracks = [(folder, resolve_path(folder, path)) for folder, path in tracks]
+    for i, (folder, path) in enumerate(tracks[1:], 1):
+        if (folder, path) in tracks[:i]:
+            raise UserError(f"--compare {folder}:{path} names a folder and path already measured")
+    reports, main_session = [], None
+    for folder, path in tracks + ([("hf", None)] if args.baseline == "hf" else []):
+        own_path, args.path = args.path, path
         try:
-            other_report, other_session = analyze(args, other, peaks)
+            if folder == "hf":  # transformers on the main folder's inputs, device and weights
+                session, label = open_hf_session(args, main_session), "transformers"
+            else:
+                session = open_session(args, folder)
+                label = folder if len(track_paths(folder)) == 1 else f"{folder}:{session.path}"
+            reports.append(build_report(session, args, measure(session, args, label), peaks, label))
         finally:
             args.path = own_path
-        reports.append(other_report)
-        del other_session
-        release(device)
-    if hf_source is not None:
-        hf_report, hf_session = analyze(args, "hf", peaks, hf_like=hf_source)
-        reports.append(hf_report)
-        del hf_session
+        if main_session is None:
+            print_report(reports[0], peaks, args.top)
+            main_session = session
+        session.model = None
+        del session
         release(device)
     cmp = comparison(reports) if len(reports) > 1 else None
     if cmp:
@@ -445,11 +380,7 @@ def main(argv) -> int:
         for p in write_plots(args.plot, reports, peaks):
             print(f"Plot: {p}")
     if args.json:
-        data = dict(main_report)
-        data["peaks"] = peaks.to_json()
-        data["others"] = reports[1:]
-        data["comparison"] = cmp
-        write_json(args.json, data)
+        write_json(args.json, reports[0] | {"peaks": peaks.to_json(), "others": reports[1:], "comparison": cmp})
         print(f"JSON: {args.json}")
     return 0
 

@@ -1,6 +1,7 @@
 """Where the time of one transcription goes, every way benchmark_detailed.py measures it: end to end,
 per component and layer (region timers), per kernel and operator class (one profiled run, with FLOPs,
-bytes and roofline verdicts), and, for a track that replays CUDA graphs, again with the graphs off.
+bytes and roofline verdicts); a track that replays CUDA graphs is timed as it runs, then split per region
+and profiled with the graphs off.
 ``measure`` runs the transcriptions, ``build_report`` turns them into the report's dict (the JSON
 benchmark_detailed.py writes), ``comparison`` sets reports side by side.
 """
@@ -8,14 +9,16 @@ benchmark_detailed.py writes), ``comparison`` sets reports side by side.
 from ..model.frontend import decode as decode_text
 from . import roofline
 from .components import aggregate, summarize, timed_run
-from .operators import has_kernels, kernel_class, operator_tables
+from .operators import operator_tables
 from .timer import quartiles, time_call
-from .trace import profile_run, split_graph_replays
+from .trace import graph_launches, profile_run
 
 
 def measure(session, args, label: str, log=print) -> dict:
-    """End to end, components (region timers), one profiled run, and graph-off runs where relevant; every
-    transcription after --warmup untimed ones, so compilation is never counted."""
+    """End to end, components (region timers) and one profiled run, every transcription after --warmup
+    untimed ones, so compilation is never counted. A model that replays CUDA graphs runs no region inside
+    a replay: its end-to-end and component times are taken as it runs, its launches counted in one
+    profiled run, then its per-region split and kernels measured with use_cuda_graph=False."""
     model, inputs, device = session.model, session.inputs, session.device
 
     def transcribe():
@@ -35,22 +38,20 @@ def measure(session, args, label: str, log=print) -> dict:
         ms, tokens = time_call(transcribe, device)
         e2e.append(ms)
         component_runs.append(region_timed())
-    profiled = profile_run(transcribe, device)
-    result = {"e2e": e2e, "tokens": tokens, "components": aggregate(component_runs), "profile": profiled,
-              "graph": None}
-    if device == "cuda" and getattr(model, "use_cuda_graph", False):
-        log(f"[{label}] the model replays CUDA graphs: measuring again with use_cuda_graph=False for the "
-            "per-region split of what the graphs run")
-        model.use_cuda_graph = False
-        try:
-            time_call(transcribe, device)
-            runs = [region_timed() for _ in range(args.runs)]
-            eager = profile_run(transcribe, device)
-        finally:
-            model.use_cuda_graph = True
-        # The replayed kernels of the profiled run, placed in the regions they have in the eager run.
-        split_graph_replays(profiled, eager)
-        result["graph"] = {"components": aggregate(runs), "profile": eager}
+    result = {"e2e": e2e, "tokens": tokens, "components": aggregate(component_runs), "graph": None}
+    if not (device == "cuda" and getattr(model, "use_cuda_graph", False)):
+        return result | {"profile": profile_run(transcribe, device)}
+    log(f"[{label}] the model replays CUDA graphs: measuring again with use_cuda_graph=False for the "
+        "per-region split and the kernel tables")
+    launches = graph_launches(profile_run(transcribe, device))
+    model.use_cuda_graph = False
+    try:
+        time_call(transcribe, device)
+        runs = [region_timed() for _ in range(args.runs)]
+        result["profile"] = profile_run(transcribe, device)
+    finally:
+        model.use_cuda_graph = True
+    result["graph"] = {"components": aggregate(runs)} | launches
     return result
 
 
@@ -65,27 +66,13 @@ COMPONENT_ROWS = (("encoder", "encoder"), ("encoder.conv", "conv"), ("encoder.la
                   ("outside", "outside regions (host loop, syncs, copies)"))
 
 
-def build_report(session, args, measured: dict, peaks, label: str, log=print) -> dict:
+def build_report(session, args, measured: dict, peaks, label: str) -> dict:
     """The report of one folder (or transformers) from ``measure``'s result; its keys are the JSON's."""
     inputs, e2e, comp, prof, graph = session.inputs, measured["e2e"], measured["components"], measured["profile"], \
         measured["graph"]
     q1, med, q3 = quartiles(e2e)
-    op_note = ""
-    if graph and not has_kernels(prof) and has_kernels(graph["profile"]):
-        # The profiler recorded no kernel of the graphed run (a CUPTI problem): use the eager run's.
-        prof = graph["profile"]
-        op_note = ("the profiler recorded no kernels in the run with CUDA graphs, so kernels come from the "
-                   "use_cuda_graph=False run")
-        log(f"[{label}] note: {op_note}")
-    elif prof.replayed_split[1]:
-        placed, replayed = prof.replayed_split
-        op_note = (f"{placed} of {replayed} kernels replayed from CUDA graphs are placed in the region they run in "
-                   "with use_cuda_graph=False (matched by name and order)"
-                   + (f"; the other {replayed - placed} count for the region around the replay" if placed < replayed
-                      else ""))
     kern = summarize(prof.regions, prof.wall_ms)
     gcomp = graph["components"] if graph else None
-    gkern = summarize(graph["profile"].regions, graph["profile"].wall_ms) if graph else None
     tokens = prof.tokens or measured["tokens"]
     steps = int(kern["decode.steps"]) if kern["decode.steps"] else max(len(tokens) - 1, 0)
     ops = roofline.transcription_ops(session.checkpoint.config, windows=inputs.input_features.shape[0],
@@ -95,7 +82,7 @@ def build_report(session, args, measured: dict, peaks, label: str, log=print) ->
     # A prompt phase replayed as one CUDA graph runs no region inside it in the timed runs: its parts and
     # layers come from the graph-off runs, as the decode step's parts do for a replayed step.
     prompt_graph = bool(graph) and comp["encoder"]["median"] == 0 and gcomp["encoder"]["median"] > 0
-    lcomp, lkern = (gcomp, gkern) if prompt_graph else (comp, kern)
+    lcomp = gcomp if prompt_graph else comp
     total = comp["total"]  # end to end of the region-timed runs themselves
     names = {"encoder_layers": len(lcomp["layers.encoder"]), "prefill_layers": len(lcomp["layers.prefill"]),
              "prompt": inputs.input_ids.shape[1], "steps": steps}
@@ -103,17 +90,18 @@ def build_report(session, args, measured: dict, peaks, label: str, log=print) ->
     for key, name in COMPONENT_ROWS:
         level = int("." in key)
         graph_off = level == 1 and (prompt_graph if not key.startswith("decode") else graph is not None)
-        wall, kernels = (gcomp, gkern) if graph_off else (comp, kern)
+        wall = gcomp if graph_off else comp
         rows.append({"name": name.format(**names), "key": key, "level": level, "wall_ms": wall[key]["median"],
                      "q1_ms": wall[key]["q1"], "q3_ms": wall[key]["q3"],
                      "pct": 100 * wall[key]["median"] / total["median"] if total["median"] else 0.0,
-                     "kernel_ms": kernels.get(key, 0.0), "note": "", "graph_off": graph_off,
+                     "kernel_ms": kern.get(key, 0.0), "graph_off": graph_off,
                      "in_graph": prompt_graph and key in ("encoder", "projector")})
     rows[-1]["kernel_ms"] = sum(k.ms for k in prof.kernels if k.region < 0)
     top = [r for r in rows if r["level"] == 0]
     total_sum, kernel_sum = sum(r["wall_ms"] for r in top), sum(r["kernel_ms"] for r in top)
     step = comp["decode.step_median"]
     processor = session.checkpoint.processor
+    off = "use_cuda_graph=False runs"
     return {
         "label": label, "folder": label.split(":")[0], "path": getattr(session, "path", None),
         "model": session.checkpoint.description, "precision": args.precision, "device": session.device,
@@ -137,23 +125,21 @@ def build_report(session, args, measured: dict, peaks, label: str, log=print) ->
         "layers": {
             "encoder": lcomp["layers.encoder"], "prefill": lcomp["layers.prefill"],
             "decode": (gcomp or comp)["layers.decode"],
-            "prompt_source": "use_cuda_graph=False runs" if prompt_graph else "the same runs",
-            "decode_source": "use_cuda_graph=False runs" if graph else "the same runs",
-            "encoder_kernel_ms": lkern["layers.encoder"], "prefill_kernel_ms": lkern["layers.prefill"],
-            "decode_kernel_ms": (gkern or kern)["layers.decode"]},
+            "prompt_source": off if prompt_graph else "the same runs",
+            "decode_source": off if graph else "the same runs",
+            "encoder_kernel_ms": kern["layers.encoder"], "prefill_kernel_ms": kern["layers.prefill"],
+            "decode_kernel_ms": kern["layers.decode"]},
+        # The kernel columns and tables come from the profiled run: with use_cuda_graph=False where the model
+        # replays graphs (the same kernels, each launched inside its region), so "profiled_run" says which.
+        "profiled_run": "use_cuda_graph=False" if graph else "as the model runs",
         "cuda_graph": None if not graph else {
             "step_ms_with_graph": step["median"], "step_ms_without_graph": gcomp["decode.step_median"]["median"],
             "decode_ms_without_graph": gcomp["decode"]["median"], "prompt_graph": prompt_graph,
             "prompt_ms_with_graph": comp["prefill"]["median"],
             "prompt_ms_without_graph": sum(gcomp[c]["median"] for c in ("encoder", "projector", "prefill")),
-            "replayed_kernels": prof.replayed_split[1], "replayed_kernels_placed": prof.replayed_split[0],
-            # Launches of the profiled transcription: graph replays, and kernels launched one by one
-            # (copies aside), which a transcription that is all graphs has none of.
-            "graph_launches": len({k.replay for k in prof.kernels if k.replay is not None}),
-            "kernels_outside_graphs": sum(k.replay is None and kernel_class(k.name) != "copy" for k in prof.kernels)},
+            "graph_launches": graph["graph_launches"], "kernels_outside_graphs": graph["kernels_outside_graphs"]},
         "operators": operators,
         "operator_classes": classes,
-        "operators_note": op_note,
         "kernel_time_ms": sum(k.ms for k in prof.kernels),
     }
 

@@ -248,26 +248,24 @@ def run_micro(args, folders: list[str], peaks, device: str) -> dict:
                    "torch_us": tmed, "torch_iqr_us": [tq1, tq3], "impls": []}
             for folder, launchers in impls:
                 launcher = next((n for n in builders if n in launchers), None)
-                entry = {"folder": folder, "launcher": None, "us": tmed, "iqr_us": [tq1, tq3], "note": "torch",
-                         "max_rel_error": 0.0}
-                if launcher is not None:
+                entry = {"folder": folder, "launcher": launcher, "us": None, "iqr_us": None, "note": "",
+                         "max_rel_error": None}
+                if launcher is None:  # no public launcher of it: torch itself is the folder's kernel
+                    entry.update(us=tmed, iqr_us=[tq1, tq3], note="torch", max_rel_error=0.0)
+                else:
                     try:
                         fn = builders[launcher](launchers[launcher])
-                        error = max_rel_error(to_torch(fn()), reference)
-                        q1, med, q3 = bench_us(fn, device, runs)
-                        entry = {"folder": folder, "launcher": launcher, "us": med, "iqr_us": [q1, q3], "note": "",
-                                 "max_rel_error": error}
+                        entry["max_rel_error"] = max_rel_error(to_torch(fn()), reference)
+                        q1, entry["us"], q3 = bench_us(fn, device, runs)
+                        entry["iqr_us"] = [q1, q3]
                     except NotImplementedError:
-                        entry = {"folder": folder, "launcher": launcher, "us": None, "iqr_us": None,
-                                 "note": "not implemented"}
+                        entry["note"] = "not implemented"
                     except Exception as exc:  # a student kernel failing at this shape: report, go on
-                        entry = {"folder": folder, "launcher": launcher, "us": None, "iqr_us": None,
-                                 "note": f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"}
+                        entry["note"] = f"failed: {type(exc).__name__}: {(str(exc) or ' ').splitlines()[0][:80]}"
                 if entry["us"]:
                     roof = roofline.assess(op.flops, op.bytes, entry["us"] / 1e6, 1, peaks, args.precision)
-                    entry.update({"tflops": roof.achieved_flops / 1e12, "gbps": roof.achieved_bw / 1e9,
-                                  "pct_roof": roof.pct_roof, "verdict": roof.verdict,
-                                  "speedup_vs_torch": tmed / entry["us"]})
+                    entry.update({key: roof[key] for key in ("tflops", "gbps", "pct_roof", "verdict")},
+                                 speedup_vs_torch=tmed / entry["us"])
                 row["impls"].append(entry)
             rows.append(row)
         sections.append({"kind": kind, "rows": rows})

@@ -53,11 +53,6 @@ def is_aux_kernel(kernel_name: str) -> bool:
     return re.search(_AUX, kernel_name.lower()) is not None
 
 
-def has_kernels(profile) -> bool:
-    """Whether a profiled run recorded any device work besides copies."""
-    return any(kernel_class(k.name) != "copy" for k in profile.kernels)
-
-
 def classify(kernel, chain) -> tuple[str, str, str]:
     """(phase, part, class) of one kernel record: torch op ancestry first, then the kernel's name, then
     its region (a GEMM in a head region is the lm_head)."""
@@ -73,49 +68,39 @@ def classify(kernel, chain) -> tuple[str, str, str]:
 def operator_tables(profile, ops: list, peaks, dtype: str) -> tuple[list[dict], list[dict]]:
     """Per-operator rows (phase, class, kernel name) and per-class rows (phase, class).
 
-    An operator's FLOPs and bytes come from its recorded shapes where every call has them ("shapes"),
-    else from its class's logical work (roofline.transcription_ops) less what shaped rows hold, split
-    over the class's other operators by time ("model", or "model~" where split).
+    A class's FLOPs and bytes are its logical work (roofline.transcription_ops), the measure of every
+    track alike; its kernels share them in proportion to their time ("model" for a class of one kernel,
+    "model~" where shared). Helper launches (split-K sums, partial combines) do part of another kernel's
+    work and get none ("-").
     """
     chains, groups = {}, {}
     for k in profile.kernels:
         if k.region not in chains:
             chains[k.region] = profile.regions.chain(k.region) if k.region >= 0 else []
         phase, _, cls = classify(k, chains[k.region])
-        g = groups.setdefault((phase, cls, k.name), {
-            "phase": phase, "class": cls, "kernel": k.name, "calls": 0, "ms": 0.0, "shape_flops": 0.0,
-            "shape_bytes": 0.0, "aux": is_aux_kernel(k.name), "seen": set(), "unshaped": False})
+        g = groups.setdefault((phase, cls, k.name), {"phase": phase, "class": cls, "kernel": k.name, "calls": 0,
+                                                     "ms": 0.0, "aux": is_aux_kernel(k.name), "seen": set()})
         if k.call is None or k.call not in g["seen"]:  # a CPU op's self times split over inner ops: one call
             g["calls"] += 1
             g["seen"].add(k.call)
         g["ms"] += k.ms
-        g["unshaped"] |= k.cost is None
-        if k.cost is not None:
-            g["shape_flops"] += k.cost[0]
-            g["shape_bytes"] += k.cost[1]
     logical = roofline.by_class(ops)
     total_ms = sum(g["ms"] for g in groups.values()) or 1.0
     by_class: dict[tuple, list] = {}
     for g in groups.values():
-        shaped = not g["unshaped"] and not g["aux"]
-        g["flops"], g["bytes"], g["source"] = (g["shape_flops"], g["shape_bytes"], "shapes") if shaped else \
-            (None, None, "-")
         by_class.setdefault((g["phase"], g["class"]), []).append(g)
     for key, rows in by_class.items():
-        shaped = [g for g in rows if g["source"] == "shapes"]
-        rest = [g for g in rows if g["source"] == "-" and not g["aux"]]
-        if key not in logical or not rest:
-            continue
-        rest_flops = max(0.0, logical[key][0] - sum(g["flops"] for g in shaped))
-        rest_bytes = max(0.0, logical[key][1] - sum(g["bytes"] for g in shaped))
-        rest_ms = sum(g["ms"] for g in rest) or 1.0
-        for g in rest:
-            share = g["ms"] / rest_ms
-            g["flops"], g["bytes"] = rest_flops * share, rest_bytes * share
-            g["source"] = "model" if len(rest) == 1 and not shaped else "model~"
+        working = [g for g in rows if not g["aux"]] if key in logical else []
+        working_ms = sum(g["ms"] for g in working) or 1.0
+        for g in rows:
+            g.update(flops=None, bytes=None, source="-")
+        for g in working:
+            share = g["ms"] / working_ms
+            g.update(flops=logical[key][0] * share, bytes=logical[key][1] * share,
+                     source="model" if len(working) == 1 else "model~")
 
     def verdicts(flops, nbytes, ms, calls, cls) -> dict:
-        fields = roofline.assess(flops, nbytes, ms / 1000, calls, peaks, dtype).fields()
+        fields = roofline.assess(flops, nbytes, ms / 1000, calls, peaks, dtype)
         return fields | ({"verdict": "host (Python)"} if cls == "host" else {})
 
     operators = [{"phase": g["phase"], "class": g["class"], "kernel": g["kernel"], "calls": g["calls"],
@@ -130,14 +115,12 @@ def operator_tables(profile, ops: list, peaks, dtype: str) -> tuple[list[dict], 
                       key=lambda k: (phase_order.get(k[0], 99), class_order.get(k[1], 99))):
         rows = by_class.get(key, [])
         ms, calls = sum(g["ms"] for g in rows), sum(g["calls"] for g in rows)
-        have = [g for g in rows if g["flops"] is not None]
-        flops, nbytes = ((sum(g["flops"] for g in have), sum(g["bytes"] for g in have)) if have else (None, None)) \
-            if rows else logical[key]
         model_flops, model_bytes = logical.get(key, (None, None))
+        flops, nbytes = (model_flops, model_bytes) if not rows or any(g["flops"] is not None for g in rows) \
+            else (None, None)
         classes.append({"phase": key[0], "class": key[1], "kernels": len(rows), "calls": calls, "total_ms": ms,
                         "pct": 100 * ms / total_ms, "flops": flops, "bytes": nbytes, "model_flops": model_flops,
                         "model_bytes": model_bytes}
                        | (verdicts(flops, nbytes, ms, calls, key[1]) if rows else
-                          dict.fromkeys(("intensity", "tflops", "gbps", "pct_peak_flops", "pct_peak_bw", "pct_roof"))
-                          | {"verdict": "no kernel (fused/decomposed)"}))
+                          dict.fromkeys(roofline.ROOF_FIELDS) | {"verdict": "no kernel (fused/decomposed)"}))
     return operators, classes

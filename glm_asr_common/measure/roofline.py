@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import platform
 from dataclasses import asdict, dataclass
@@ -165,15 +164,17 @@ def projector_ops(cfg: ModelConfig, *, windows: int, mel_frames: int, e: int) ->
     ]
 
 
-def decoder_layer_ops(cfg: ModelConfig, phase: str, *, batch: int, tokens: int, cache_len: int, e: int) -> list[Op]:
-    """One decoder layer over ``tokens`` new positions per row whose keys end at ``cache_len``."""
+def decoder_ops(cfg: ModelConfig, phase: str, *, batch: int, tokens: int, cache_len: int, e: int) -> list[Op]:
+    """One decoder pass over ``tokens`` new positions per row whose keys end at ``cache_len`` (the prefill:
+    the prompt; a decode step: one token over the cache, itself included): the embedding, every layer,
+    then the final RMSNorm, lm_head and argmax of each row's last position (what greedy decoding needs)."""
     d = cfg.decoder
     M, H, I = batch * tokens, d.hidden_size, d.intermediate_size
     q_w, kv_w = d.num_heads * d.head_dim, d.num_kv_heads * d.head_dim
     rope_elems = M * (d.num_heads + d.num_kv_heads) * d.rotary_dim
     # RoPE on q and k plus the cache write of k and v: read q, k, v once, write q and the cache rows.
     rope_bytes = e * M * (q_w + 2 * kv_w) * 2 + 4 * 2 * M * d.rotary_dim
-    return [
+    layer = [
         rmsnorm(phase, "dec.ln1", M, H, e),
         gemm(phase, "dec.q", M, q_w, H, e),
         gemm(phase, "dec.k", M, kv_w, H, e),
@@ -190,31 +191,10 @@ def decoder_layer_ops(cfg: ModelConfig, phase: str, *, batch: int, tokens: int, 
         gemm(phase, "dec.down", M, H, I, e),
         pointwise(phase, "dec.residual", M * H, e, flops_per_element=1, reads=2),
     ]
-
-
-def head_ops(cfg: ModelConfig, phase: str, *, batch: int, e: int) -> list[Op]:
-    """Final RMSNorm, lm_head and argmax of the last position of each row (what greedy decoding needs)."""
-    d = cfg.decoder
-    return [
-        rmsnorm(phase, "dec.norm", batch, d.hidden_size, e),
-        gemm(phase, "lm_head", batch, d.vocab_size, d.hidden_size, e, cls="lm_head"),
-        argmax(phase, "argmax", batch, d.vocab_size),
-    ]
-
-
-def prefill_ops(cfg: ModelConfig, *, batch: int, prompt_len: int, e: int) -> list[Op]:
-    ops = [embedding("prefill", "dec.embed", batch * prompt_len, cfg.decoder.hidden_size, e)]
-    layer = decoder_layer_ops(cfg, "prefill", batch=batch, tokens=prompt_len, cache_len=prompt_len, e=e)
-    ops += [op.scaled(cfg.decoder.num_layers) for op in layer]
-    return ops + head_ops(cfg, "prefill", batch=batch, e=e)
-
-
-def decode_step_ops(cfg: ModelConfig, *, batch: int, cache_len: int, e: int) -> list[Op]:
-    """One decode step: one new token per row, attending over ``cache_len`` keys (itself included)."""
-    ops = [embedding("decode", "dec.embed", batch, cfg.decoder.hidden_size, e)]
-    layer = decoder_layer_ops(cfg, "decode", batch=batch, tokens=1, cache_len=cache_len, e=e)
-    ops += [op.scaled(cfg.decoder.num_layers) for op in layer]
-    return ops + head_ops(cfg, "decode", batch=batch, e=e)
+    return ([embedding(phase, "dec.embed", M, H, e)] + [op.scaled(d.num_layers) for op in layer]
+            + [rmsnorm(phase, "dec.norm", batch, H, e),
+               gemm(phase, "lm_head", batch, d.vocab_size, H, e, cls="lm_head"),
+               argmax(phase, "argmax", batch, d.vocab_size)])
 
 
 def transcription_ops(cfg: ModelConfig, *, windows: int, mel_frames: int, prompt_len: int, decode_steps: int,
@@ -227,9 +207,9 @@ def transcription_ops(cfg: ModelConfig, *, windows: int, mel_frames: int, prompt
     e = ELEMENT_BYTES[dtype]
     ops = encoder_ops(cfg, windows=windows, mel_frames=mel_frames, e=e)
     ops += projector_ops(cfg, windows=windows, mel_frames=mel_frames, e=e)
-    ops += prefill_ops(cfg, batch=batch, prompt_len=prompt_len, e=e)
+    ops += decoder_ops(cfg, "prefill", batch=batch, tokens=prompt_len, cache_len=prompt_len, e=e)
     for step in range(1, decode_steps + 1):
-        ops += decode_step_ops(cfg, batch=batch, cache_len=prompt_len + step, e=e)
+        ops += decoder_ops(cfg, "decode", batch=batch, tokens=1, cache_len=prompt_len + step, e=e)
     return ops
 
 
@@ -247,47 +227,6 @@ def by_class(ops: list[Op]) -> dict[tuple[str, str], tuple[float, float]]:
         acc[0] += op.flops
         acc[1] += op.bytes
     return {k: (v[0], v[1]) for k, v in out.items()}
-
-
-_DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "BFloat16": 2, "Half": 2}
-
-
-def _numel(shape) -> int:
-    return math.prod(shape) if shape else 1
-
-
-def shape_cost(op_name: str, shapes, dtypes=None, concrete=None) -> tuple[float, float] | None:
-    """(FLOPs, bytes) of one torch op call from its recorded input shapes, or None if not a known op.
-
-    aten::linear (x, W[N,K], b), aten::addmm (b, x[M,K], W^T[K,N]), aten::mm / matmul / bmm, and
-    scaled_dot_product_attention variants (q [B,Hq,Tq,D], k/v [B,Hkv,Tk,D]; is_causal honoured when
-    the profiler recorded it). Same formulas as the logical ops above.
-    """
-    if not shapes:
-        return None
-    e = next((_DTYPE_BYTES[d] for d in (dtypes or []) if d in _DTYPE_BYTES), 4)
-    s = [list(x) if isinstance(x, (list, tuple)) else [] for x in shapes]
-    try:
-        if op_name == "aten::linear" and len(s[0]) >= 1 and len(s[1]) == 2:
-            op = gemm("", "", _numel(s[0][:-1]), s[1][0], s[0][-1], e, bias=len(s) > 2 and len(s[2]) == 1)
-        elif op_name == "aten::addmm" and len(s[1]) == 2 and len(s[2]) == 2:
-            (M, K), N = s[1], s[2][1]
-            op = gemm("", "", M, N, K, e)
-            return op.flops + M * N, op.bytes + e * _numel(s[0])  # the added term: a bias row or a full matrix
-        elif op_name in ("aten::mm", "aten::matmul") and len(s[0]) >= 2 and len(s[1]) == 2:
-            op = gemm("", "", _numel(s[0][:-1]), s[1][1], s[0][-1], e)
-        elif op_name in ("aten::bmm", "aten::matmul") and len(s[0]) == 3 and len(s[1]) == 3:
-            op = gemm("", "", s[0][1], s[1][2], s[0][2], e).scaled(s[0][0])
-        elif op_name.startswith(("aten::scaled_dot_product_attention", "aten::_scaled_dot_product")):
-            (B, Hq, Tq, D), (_, Hkv, Tk, _) = s[0], s[1]  # (B, H, T, D) for these ops
-            causal = bool(concrete and len(concrete) > 5 and str(concrete[5]) == "True")  # trace: strings
-            op = attention("", "", batch=B, q_heads=Hq, kv_heads=Hkv, tq=Tq, tk=Tk, head_dim=D, e=e,
-                           causal=causal and Tq <= Tk)
-        else:
-            return None
-        return op.flops, op.bytes
-    except (TypeError, ValueError, IndexError):
-        return None
 
 
 def cache_dir() -> Path:
@@ -345,28 +284,17 @@ class Peaks:
         return asdict(self)
 
 
-def _best_seconds(fn, device: str, reps: int) -> float:
-    """Best of ``reps`` timed calls after an untimed one, in seconds: a peak is what the device can do."""
-    return min(time_repeats(fn, device, warmup=1, repeats=reps)) / 1000
-
-
-def _copy_seconds(nbytes: int, device: str, reps: int) -> float:
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
-    dst = torch.empty_like(src)
-    return _best_seconds(lambda: dst.copy_(src), device, reps)
-
-
-def _matmul_seconds(n: int, dtype: torch.dtype, device: str, reps: int) -> float:
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    return _best_seconds(lambda: a @ b, device, reps)
-
-
 def measure_peaks(device: str) -> Peaks:
     """Copy bandwidth and matmul FLOP/s of ``device`` ("cuda" or "cpu"), best of a few repetitions."""
     gpu = device == "cuda"
+
+    def best_seconds(fn, reps: int) -> float:  # a peak is what the device can do: the best call, after an untimed one
+        return min(time_repeats(fn, device, warmup=1, repeats=reps)) / 1000
+
     copy_bytes = (1 << 30) if gpu else (64 << 20)
-    bandwidth = 2 * copy_bytes / _copy_seconds(copy_bytes, device, 10 if gpu else 5)
+    src = torch.ones(copy_bytes // 4, device=device)
+    dst = torch.empty_like(src)
+    bandwidth = 2 * copy_bytes / best_seconds(lambda: dst.copy_(src), 10 if gpu else 5)
     sizes = {"bfloat16": 8192 if gpu else 512, "tf32": 8192 if gpu else 1024, "float32": 8192 if gpu else 1024}
     precision = torch.get_float32_matmul_precision()
     matmul = {}
@@ -374,9 +302,9 @@ def measure_peaks(device: str) -> Peaks:
         for label, n in sizes.items():
             # "high" lets fp32 matmuls use TF32 tensor cores; "highest" keeps them IEEE fp32.
             torch.set_float32_matmul_precision("high" if label == "tf32" else "highest")
-            seconds = _matmul_seconds(n, torch.bfloat16 if label == "bfloat16" else torch.float32, device,
-                                      5 if gpu else 3)
-            matmul[label] = 2.0 * n ** 3 / seconds
+            a, b = (torch.randn(n, n, device=device).to(torch.bfloat16 if label == "bfloat16" else torch.float32)
+                    for _ in range(2))
+            matmul[label] = 2.0 * n ** 3 / best_seconds(lambda: a @ b, 5 if gpu else 3)
     finally:
         torch.set_float32_matmul_precision(precision)
     if not gpu:
@@ -391,18 +319,14 @@ def device_peaks(device: str, *, refresh: bool = False, log=print) -> Peaks:
     """Measured peaks of ``device``, from the per-device cache unless ``refresh`` or not cached yet."""
     name = device_name(device)
     path = cache_dir() / "device_peaks.json"
-    cache = {}
     try:
         cache = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         cache = {}
-    entry = cache.get(name) if not refresh else None
-    if entry:
+    if name in cache and not refresh:
         try:
-            peaks = Peaks(**{k: v for k, v in entry.items() if k != "source"})
-            peaks.source = f"cached in {path}"
-            return peaks
-        except TypeError:
+            return Peaks(**cache[name] | {"source": f"cached in {path}"})
+        except TypeError:  # an entry with other fields than these: measured again
             pass
     log(f"Measuring device peaks of {name} (copy bandwidth, matmul FLOP/s; cached afterwards) ...")
     peaks = measure_peaks(device)
@@ -422,52 +346,33 @@ LATENCY_CALL_SECONDS = {"cuda": 20e-6, "cpu": 100e-6}
 LOW_FRACTION = 0.10
 
 
-@dataclass
-class Roof:
-    achieved_flops: float | None    # FLOP/s
-    achieved_bw: float | None       # bytes/s
-    intensity: float | None         # FLOP/byte
-    pct_flops: float | None         # of the compute peak
-    pct_bw: float | None            # of the bandwidth peak
-    pct_roof: float | None          # of the attainable performance min(peak, AI·BW) at this intensity
-    verdict: str
-
-    def fields(self) -> dict:
-        """The report's columns: intensity, TFLOP/s, GB/s, % of each peak, % of the roof, verdict."""
-        rate = lambda value, unit: None if value is None else value / unit
-        return {"intensity": self.intensity, "tflops": rate(self.achieved_flops, 1e12),
-                "gbps": rate(self.achieved_bw, 1e9), "pct_peak_flops": self.pct_flops, "pct_peak_bw": self.pct_bw,
-                "pct_roof": self.pct_roof, "verdict": self.verdict}
+ROOF_FIELDS = ("intensity", "tflops", "gbps", "pct_peak_flops", "pct_peak_bw", "pct_roof")
 
 
-def assess(flops: float | None, nbytes: float | None, seconds: float, calls: int, peaks: Peaks,
-           dtype: str) -> Roof:
-    """Achieved rates and a verdict for work (flops, nbytes) done in ``seconds`` over ``calls`` launches.
+def assess(flops: float | None, nbytes: float | None, seconds: float, calls: int, peaks: Peaks, dtype: str) -> dict:
+    """Achieved rates and a verdict for work (flops, nbytes) done in ``seconds`` over ``calls`` launches, as
+    the report's columns: intensity (FLOP/byte), TFLOP/s, GB/s, % of each peak, % of the roof (the
+    attainable min(peak, AI·BW) at that intensity), verdict.
 
     latency-bound: under 10 % of both peaks and short launches (mean under 20 µs on a GPU, 100 µs on a
     CPU): launch overhead and tail effects, not the roof, set the time. Otherwise the side of the ridge
     point (peak FLOP/s ÷ peak bandwidth) the arithmetic intensity falls on names the roof:
     memory-bound below it, compute-bound above; ", low" marks under 10 % of that roof.
     """
-    mean_call = seconds / max(calls, 1)
-    short = mean_call < LATENCY_CALL_SECONDS.get(peaks.kind, 20e-6)
-    if seconds <= 0:
-        return Roof(None, None, None, None, None, None, "-")
-    if nbytes is None or flops is None or nbytes <= 0:
-        return Roof(None, None, None, None, None, None, "latency-bound?" if short else "n/a (no FLOP model)")
+    short = seconds / max(calls, 1) < LATENCY_CALL_SECONDS.get(peaks.kind, 20e-6)
+    if seconds <= 0 or flops is None or not nbytes:
+        verdict = "-" if seconds <= 0 else "latency-bound?" if short else "n/a (no FLOP model)"
+        return dict.fromkeys(ROOF_FIELDS) | {"verdict": verdict}
     peak_f, peak_b = peaks.flops_for(dtype), peaks.bandwidth
-    af, ab = flops / seconds, nbytes / seconds
-    ai = flops / nbytes
-    pf, pb = af / peak_f, ab / peak_b
-    memory_side = ai < peak_f / peak_b
+    pf, pb = flops / seconds / peak_f, nbytes / seconds / peak_b
+    memory_side = flops / nbytes < peak_f / peak_b
     pct_roof = pb if memory_side else pf
     if max(pf, pb) < LOW_FRACTION and short:
         verdict = "latency-bound"
     else:
-        verdict = "memory-bound" if memory_side else "compute-bound"
-        if pct_roof < LOW_FRACTION:
-            verdict += ", low"
-    return Roof(af, ab, ai, 100 * pf, 100 * pb, 100 * pct_roof, verdict)
+        verdict = ("memory-bound" if memory_side else "compute-bound") + (", low" if pct_roof < LOW_FRACTION else "")
+    return {"intensity": flops / nbytes, "tflops": flops / seconds / 1e12, "gbps": nbytes / seconds / 1e9,
+            "pct_peak_flops": 100 * pf, "pct_peak_bw": 100 * pb, "pct_roof": 100 * pct_roof, "verdict": verdict}
 
 
 def floor_seconds(flops: float, nbytes: float, peaks: Peaks, dtype: str) -> float:

@@ -1,48 +1,20 @@
 """torch.profiler's view of one transcription: every device kernel (on a CPU: every torch op's self time)
 attributed to the innermost region around it (glm_asr_common.model.regions), with the torch op that
-launched it (its class, and its FLOPs and bytes from the recorded shapes) and its operator class.
-Kernels replayed from a CUDA graph go to the region around the replay, or, with ``split_graph_replays``
-and an eager run of the same work, to the regions they have there.
+launched it, which names its operator class where the kernel's own name does not.
+Kernels replayed from a CUDA graph go to the region around the replay (no region runs inside one):
+the same kernels, launched one by one with the graphs off, each go to their own region.
 """
 
-import difflib
 import gzip
 import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 
-import torch
-
 from ..model.regions import REGION_NAMES
 from .components import Regions
-from .operators import torch_op_class
-from .roofline import shape_cost
+from .operators import kernel_class, torch_op_class
 from .timer import time_call
-
-
-def needs_cupti_before_graphs() -> bool:
-    """CUDA before 12 can break a graph captured before CUPTI first attached (pytorch issue 75504, the
-    reason for torch.profiler._utils._init_for_cuda_graphs). On CUDA 12+ a profiler started after the
-    capture records the replayed kernels (checked on an H200, CUDA 13), so nothing is opened early."""
-    version = getattr(torch.version, "cuda", None)
-    if getattr(torch.version, "hip", None) or not version:
-        return False
-    try:
-        return int(str(version).split(".")[0]) < 12
-    except ValueError:
-        return False
-
-
-def init_profiler_for_cuda_graphs():
-    """On old CUDA only: attach CUPTI (an empty CPU+CUDA profiler session) before any graph is captured."""
-    if not needs_cupti_before_graphs():
-        return False
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-        pass
-    return True
 
 
 # The input is the profiler's Chrome trace (``export_chrome_trace``): the one form that holds the
@@ -52,7 +24,7 @@ def init_profiler_for_cuda_graphs():
 # Events used ("ph": "X", ts/dur in µs):
 #
 #   cpu_op, user_annotation      host ops and record_function ranges (the regions), on (pid, tid),
-#                                args "External id" (and "Input Dims" / "Input type" / "Concrete Inputs")
+#                                args "External id"
 #   cuda_runtime, cuda_driver    launch calls on the host thread, args "correlation" (CUPTI's id)
 #   kernel, gpu_memcpy/memset    device work; args "correlation" = its launch call's, "External id" =
 #                                the host op around the launch, absent when there is none
@@ -77,21 +49,17 @@ class KernelRecord:
     name: str
     ms: float
     region: int            # index into ProfileResult.regions, -1 outside every region
-    torch_op: str | None   # outermost torch op below the region that launched it, if any
-    cost: tuple | None     # (FLOPs, bytes) share from that op's recorded shapes, if known
+    torch_op: str | None = None  # the torch op below the region that launched it, if any
     call: object = None    # CPU: the op call this self time belongs to (calls = distinct values); GPU: None
-    start: int = 0         # start in the trace's clock (ns): kernel order
     replay: int | None = None  # correlation id of the CUDA-graph launch that replayed it, if one did
 
 
 @dataclass
 class ProfileResult:
     regions: Regions               # exclusive = kernel ms attributed directly to the instance
-    kernels: list                  # KernelRecord
+    kernels: list                  # KernelRecord, in start order
     wall_ms: float                 # the profiled transcription, synchronised (profiler overhead included)
-    device: str
     tokens: list = field(default_factory=list)
-    replayed_split: tuple = (0, 0)  # (replayed kernels placed in eager regions, replayed kernels): split_graph_replays
 
 
 @dataclass
@@ -115,12 +83,12 @@ def load_trace(path) -> dict:
         return json.load(f)
 
 
-def profile_run(fn, device: str, *, record_shapes: bool = True) -> ProfileResult:
+def profile_run(fn, device: str) -> ProfileResult:
     """Run ``fn`` (one transcription returning its token list) under torch.profiler and parse its trace."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    with profile(activities=activities, record_shapes=record_shapes) as prof:
+    with profile(activities=activities) as prof:
         wall_ms, tokens = time_call(fn, device)
     with tempfile.TemporaryDirectory(prefix="glm_asr_trace_") as tmp:
         path = os.path.join(tmp, "trace.json")
@@ -160,7 +128,7 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
     """Attribute kernels (CUDA) or torch-op self times (CPU) of a Chrome trace to the innermost region.
 
     ``trace``: the trace's JSON object (or its list of events). Kernels replayed from a CUDA graph go
-    to the region around the replay; ``split_graph_replays`` can place them further down.
+    to the region around the replay.
     """
     events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     host, launches, device_events, gpu_regions = [], {}, [], []
@@ -195,75 +163,53 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
         parent[i] = stack[-1] if stack else -1
         stack.append(i)
 
-    region_idx = [-1] * len(host)  # region instance index of each region range
-    region_of = [-1] * len(host)   # innermost region instance enclosing each range (itself for regions)
-    top_op = [-1] * len(host)      # outermost non-region op under that region (itself possible)
+    region_idx = [-1] * len(host)  # region instance of each region range
+    region_of = [-1] * len(host)   # innermost region instance around each range (itself for a region)
     regions = Regions()
     for i, s in enumerate(host):
         p = parent[i]
         if s.name in REGION_NAMES:
-            region_idx[i] = len(regions.names)
+            region_idx[i] = region_of[i] = len(regions.names)
             regions.names.append(s.name)
             regions.parents.append(region_of[p] if p >= 0 else -1)
-            regions.exclusive.append(0.0)
-            region_of[i] = region_idx[i]
         else:
             region_of[i] = region_of[p] if p >= 0 else -1
-            top_op[i] = i if (p < 0 or region_idx[p] >= 0) else top_op[p]
 
-    def op_info(i):
-        """(torch op name, (host index, (flops, bytes) of the whole op)) for host range i's outermost op."""
-        t = top_op[i]
-        if t < 0:
-            return None, None
-        # The outermost op may be a wrapper (aten::linear → aten::addmm): take the outermost one
-        # with a known class and the first one on the way down with a shape formula.
-        chain, j = [], i
-        while j >= 0 and region_idx[j] < 0:
-            chain.append(j)
-            if j == t:
-                break
-            j = parent[j]
+    def torch_op(i) -> tuple[int, str | None]:
+        """The torch op the model called around host range i, (its outermost range, its name), or (-1, None)
+        for a region: the name of the outermost op with a known class (aten::linear, not the aten::addmm
+        inside it), else the outermost op's."""
+        chain = []
+        while i >= 0 and region_idx[i] < 0:
+            chain.append(i)
+            i = parent[i]
+        if not chain:
+            return -1, None
         chain.reverse()
-        name = next((host[k].name for k in chain if torch_op_class(host[k].name)), host[t].name)
-        for k in chain:
-            a = host[k].args
-            cost = shape_cost(host[k].name, a.get("Input Dims"), a.get("Input type"), a.get("Concrete Inputs"))
-            if cost:
-                return name, (k, cost)
-        return name, None
+        return chain[0], next((host[k].name for k in chain if torch_op_class(host[k].name)), host[chain[0]].name)
 
     kernels: list[KernelRecord] = []
-    owners: list[int] = []  # host range whose op cost the kernel shares (-1 none)
     if device == "cuda":
         by_external, region_by_external = {}, {}
         for i, s in enumerate(host):
             if s.args.get("External id") is not None:
                 (region_by_external if region_idx[i] >= 0 else by_external).setdefault(s.args["External id"], i)
         device_events.sort(key=lambda s: s.start)
-        where, replay, queries, asked, unlaunched = [], [], [], [], []
-        for k, d in enumerate(device_events):
-            launch = launches.get(d.args.get("correlation"))
-            replay.append(d.args.get("correlation") if launch is not None and "graphlaunch" in launch.name.lower()
-                          else None)
-            i = by_external.get(d.args.get("External id"), -1)
-            if i < 0 and launch is not None:
-                queries.append((launch.thread, launch.start))
-                asked.append(k)
-            elif i < 0:
-                unlaunched.append(k)
-            where.append(i)
-        for k, i in zip(asked, _innermost_at(host, queries)):
+        launch_of = [launches.get(d.args.get("correlation")) for d in device_events]
+        where = [by_external.get(d.args.get("External id"), -1) for d in device_events]
+        launched = [k for k, i in enumerate(where) if i < 0 and launch_of[k] is not None]
+        for k, i in zip(launched, _innermost_at(host, [(launch_of[k].thread, launch_of[k].start) for k in launched])):
             where[k] = i
+        unlaunched = [k for k, i in enumerate(where) if i < 0 and launch_of[k] is None]
         spans = _innermost_at(gpu_regions, [(device_events[k].thread, device_events[k].start) for k in unlaunched])
         for k, a in zip(unlaunched, spans):
             if a >= 0:
                 where[k] = region_by_external.get(gpu_regions[a].args.get("External id"), -1)
-        for d, i, rep in zip(device_events, where, replay):
-            name, cost = op_info(i) if i >= 0 else (None, None)
-            kernels.append(KernelRecord(d.name, (d.end - d.start) / 1e6, region_of[i] if i >= 0 else -1, name,
-                                        cost[1] if cost else None, start=d.start, replay=rep))
-            owners.append(cost[0] if cost else -1)
+        for d, i, launch in zip(device_events, where, launch_of):
+            replay = launch is not None and "graphlaunch" in launch.name.lower()
+            kernels.append(KernelRecord(d.name, (d.end - d.start) / 1e6, region_of[i] if i >= 0 else -1,
+                                        torch_op(i)[1] if i >= 0 else None,
+                                        replay=d.args["correlation"] if replay else None))
     else:
         # CPU: a "kernel" is a torch op's self time; a region's own self time is host Python.
         child_time = [0] * len(host)
@@ -275,99 +221,23 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
             if self_ms <= 0:
                 continue
             if region_idx[i] >= 0:
-                kernels.append(KernelRecord("(host: Python between ops)", self_ms, region_idx[i], None, None,
-                                            ("region", i), start=s.start))
-                owners.append(-1)
+                kernels.append(KernelRecord("(host: Python between ops)", self_ms, region_idx[i],
+                                            call=("region", i)))
             else:
                 # Grouped by the torch op the model called (aten::linear, not its aten::t/mm/copy_ inside).
-                name, cost = op_info(i)
-                kernels.append(KernelRecord(name or s.name, self_ms, region_of[i], name, cost[1] if cost else None,
-                                            ("op", top_op[i] if top_op[i] >= 0 else i), start=s.start))
-                owners.append(cost[0] if cost else -1)
+                top, name = torch_op(i)
+                kernels.append(KernelRecord(name, self_ms, region_of[i], name, ("op", top)))
 
-    # An op's shape cost is shared by the kernels it launched, in proportion to their time.
-    by_owner: dict = {}
-    for k, owner in zip(kernels, owners):
-        if owner >= 0:
-            by_owner.setdefault(owner, []).append(k)
-    for group in by_owner.values():
-        total = sum(k.ms for k in group) or 1.0
-        for k in group:
-            flops, nbytes = k.cost
-            k.cost = (flops * k.ms / total, nbytes * k.ms / total)
-    result = ProfileResult(regions, kernels, wall_ms, device)
-    _tally(result)
-    return result
-
-
-def _tally(result: ProfileResult):
-    """Each region instance's exclusive value = the kernel ms attributed to it."""
-    result.regions.exclusive = [0.0] * len(result.regions.names)
-    for k in result.kernels:
+    regions.exclusive = [0.0] * len(regions.names)
+    for k in kernels:
         if k.region >= 0:
-            result.regions.exclusive[k.region] += k.ms
+            regions.exclusive[k.region] += k.ms
+    return ProfileResult(regions, kernels, wall_ms)
 
 
-def split_graph_replays(graphed: ProfileResult, eager: ProfileResult) -> tuple[int, int]:
-    """Place kernels replayed from CUDA graphs in the regions the same work has when run eagerly.
-
-    Inside a replay no region runs, so ``parse_trace`` leaves its kernels in the region around the
-    replay (a whole prompt phase in decoder.prefill, a step in decoder.step). A graph replays the
-    launches of its capture in order, and the eager run (use_cuda_graph=False) launches the same
-    kernels under their regions: the n-th replay inside the n-th instance of region R is matched with
-    the kernels of the n-th eager instance of R, by name, in order (longest common subsequence), and
-    each matched kernel moves to a copy of its eager region, nested under R. Unmatched kernels stay in R.
-    Changes ``graphed`` in place; returns (kernels placed, replayed kernels).
-    """
-    groups: dict = {}
-    for k in graphed.kernels:
-        if k.replay is not None:
-            groups.setdefault((k.replay, k.region), []).append(k)
-    total = sum(len(g) for g in groups.values())
-    regs, eregs = graphed.regions, eager.regions
-    seen_of = {}  # region instance → its occurrence number among instances of that name
-    counts: dict = {}
-    for i, name in enumerate(regs.names):
-        seen_of[i] = counts.get(name, 0)
-        counts[name] = seen_of[i] + 1
-    eager_instances: dict = {}
-    for j, name in enumerate(eregs.names):
-        eager_instances.setdefault(name, []).append(j)
-    eager_kernels = sorted((k for k in eager.kernels if k.region >= 0), key=lambda k: k.start)
-    placed = 0
-    for (_, region), group in sorted(groups.items(), key=lambda item: item[1][0].start):
-        if region < 0 or region >= len(seen_of):
-            continue
-        instances = eager_instances.get(regs.names[region])
-        if not instances:
-            continue
-        root = instances[min(seen_of[region], len(instances) - 1)]
-        inside = {root}
-        for j in range(root + 1, len(eregs.names)):
-            if eregs.parents[j] in inside:
-                inside.add(j)
-        reference = [k for k in eager_kernels if k.region in inside]
-        copy_of = {root: region}
-
-        def copy(j):
-            if j not in copy_of:
-                p = copy(eregs.parents[j])
-                copy_of[j] = len(regs.names)
-                regs.names.append(eregs.names[j])
-                regs.parents.append(p)
-                regs.exclusive.append(0.0)
-            return copy_of[j]
-
-        group.sort(key=lambda k: k.start)
-        matcher = difflib.SequenceMatcher(None, [k.name for k in reference], [k.name for k in group], autojunk=False)
-        for a, b, size in matcher.get_matching_blocks():
-            for ref, k in zip(reference[a:a + size], group[b:b + size]):
-                k.region = copy(ref.region)
-                if k.torch_op is None and ref.torch_op is not None:
-                    k.torch_op, k.cost = ref.torch_op, ref.cost
-                placed += 1
-    _tally(graphed)
-    graphed.replayed_split = (placed, total)
-    return placed, total
-
-
+def graph_launches(profile: ProfileResult) -> dict:
+    """A profiled run's CUDA-graph replays and the kernels it launched one by one outside them (copies
+    aside): a transcription that is all graphs has one replay a token and no such kernel."""
+    return {"graph_launches": len({k.replay for k in profile.kernels if k.replay is not None}),
+            "kernels_outside_graphs": sum(k.replay is None and kernel_class(k.name) != "copy"
+                                          for k in profile.kernels)}

@@ -127,21 +127,25 @@ def expected_text(args) -> str | None:
     return next((line for line in lines if line), None)
 
 
-def check_json_path(path: str | None):
+def check_output_path(path: str | None, option: str = "--json"):
     if path and not Path(path).resolve().parent.is_dir():
-        raise UserError(f"--json {path}: directory {Path(path).parent} does not exist")
+        raise UserError(f"{option} {path}: directory {Path(path).parent} does not exist")
 
 
-def write_json(path: str, data: dict):
+def write_output(path: str, text: str, option: str = "--json"):
     """Write atomically: a reader never sees half a file, a failure leaves no file."""
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.write_text(text)
         os.replace(tmp, target)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise UserError(f"cannot write --json {path}: {e.strerror}") from None
+        raise UserError(f"cannot write {option} {path}: {e.strerror}") from None
+
+
+def write_json(path: str, data: dict):
+    write_output(path, json.dumps(data, indent=2) + "\n")
 
 
 def folder_student_kernels(folder: str) -> tuple[str, ...]:
@@ -269,7 +273,7 @@ def prepare_session(args, folder: str, log=print) -> Session:
     cpu_defaults = settle_run_options(args, device)
     if args.min_new_tokens > args.max_new_tokens:
         raise UserError(f"--min-new-tokens {args.min_new_tokens} exceeds --max-new-tokens {args.max_new_tokens}")
-    check_json_path(args.json)
+    check_output_path(args.json)
     # Before the model loads: loading already launches kernels (the RoPE tables).
     name = folder.rstrip("/").split("/")[-1]
     todo_kernels.allow_references(getattr(args, "allow_reference", None), folder_student_kernels(name), name)

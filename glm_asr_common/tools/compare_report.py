@@ -121,17 +121,10 @@ def pair_kernel_rows(student: list[dict], solution: list[dict]) -> list[dict]:
     theirs = {(r["file"], r["kernel"], r["guards"]): r for r in solution}
     paired = []
     for mine in student:
-        ref = theirs.get((mine["file"], mine["kernel"], mine["guards"]))
-        ratio = None
-        if ref and mine["time_us"] and ref["time_us"] and mine["status"] in ("PASS", "REF"):
-            ratio = mine["time_us"] / ref["time_us"]
-        paired.append({"file": mine["file"], "kernel": mine["kernel"], "guards": mine["guards"], "shape": mine["shape"],
-                       "on_gpu": mine["on_gpu"], "status": mine["status"], "error": mine["error"],
-                       "limit": mine["limit"], "unit": mine["unit"],
-                       "time_us": mine["time_us"],
-                       "solution_status": ref["status"] if ref else None,
-                       "solution_time_us": ref["time_us"] if ref else None, "time_ratio": ratio,
-                       "note": mine["note"]})
+        ref = theirs.get((mine["file"], mine["kernel"], mine["guards"]), {})
+        timed = mine["time_us"] and ref.get("time_us") and mine["status"] in ("PASS", "REF")
+        paired.append(dict(mine, solution_status=ref.get("status"), solution_time_us=ref.get("time_us"),
+                           time_ratio=mine["time_us"] / ref["time_us"] if timed else None))
     return paired
 
 
@@ -172,7 +165,8 @@ def run_header(session) -> dict:
 def roofline_floor(session, tokens: int, peaks) -> dict:
     """The roofline floor (flops, bytes, floor_ms) of one transcription of the session's inputs making
     ``tokens`` tokens, in its precision, at the measured ``peaks``."""
-    return roofline.transcription_floor(session.checkpoint.config, session.inputs, tokens, session.precision.name, peaks)
+    return roofline.transcription_floor(session.checkpoint.config, session.inputs, tokens, session.precision.name,
+                                        peaks)
 
 
 def add_floor(row: dict, floor: dict):
@@ -232,26 +226,26 @@ def kernel_status(rows: list[dict]) -> dict[str, str]:
     return status
 
 
+def pipe_table(headers: list[str], rows: list[list]) -> str:
+    """A Markdown table, which reads as well in a terminal."""
+    return "\n".join("| " + " | ".join(map(str, cells)) + " |" for cells in [headers, ["---"] * len(headers)] + rows)
+
+
 def kernel_table(report: dict) -> str:
-    lines = ["| file | kernel | guards against | shape | status | error / limit | time | solution | "
-             "student / solution |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in report["kernels"]:
-        ratio = "-" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"
-        lines.append(f"| {r['file']} | `{r['kernel']}` | {r['guards']} | {r['shape']} | {r['status']} | {_err(r)} | "
-                     f"{_us(r['time_us'])} | {_us(r['solution_time_us'])} | {ratio} |")
-    return "\n".join(lines)
+    return pipe_table(["file", "kernel", "guards against", "shape", "status", "error / limit", "time", "solution",
+                       "student / solution"],
+                      [[r["file"], f"`{r['kernel']}`", r["guards"], r["shape"], r["status"], _err(r), _us(r["time_us"]),
+                        _us(r["solution_time_us"]), "-" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"]
+                       for r in report["kernels"]])
 
 
 def e2e_table(report: dict) -> str:
-    ref = report["reference_label"]
-    lines = [f"| run | what | time | ms/token | tokens | ids = {ref or 'reference'} | TFLOP/s | GB/s | "
-             "floor / time |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in report["end_to_end"]:
-        same = "-" if r["ids_equal_reference"] is None else ("yes" if r["ids_equal_reference"] else "**no**")
-        lines.append(f"| {r['label']} | {r['what']} | {r['mean_ms']:.1f} ± {r['std_ms']:.1f} ms | "
-                     f"{r['ms_per_token']:.2f} | {r['tokens']} | {same} | {r['tflops']:.3g} | {r['gbps']:.3g} | "
-                     f"{r['floor_fraction'] * 100:.2g} % |")
-    return "\n".join(lines)
+    same = {None: "-", True: "yes", False: "**no**"}
+    return pipe_table(["run", "what", "time", "ms/token", "tokens", f"ids = {report['reference_label'] or 'reference'}",
+                       "TFLOP/s", "GB/s", "floor / time"],
+                      [[r["label"], r["what"], f"{r['mean_ms']:.1f} ± {r['std_ms']:.1f} ms",
+                        f"{r['ms_per_token']:.2f}", r["tokens"], same[r["ids_equal_reference"]], f"{r['tflops']:.3g}",
+                        f"{r['gbps']:.3g}", f"{r['floor_fraction'] * 100:.2g} %"] for r in report["end_to_end"]])
 
 
 def bottlenecks(report: dict) -> list[str]:
@@ -370,22 +364,8 @@ def write_report(report: dict, out_dir: str) -> Path:
 
 
 def print_summary(report: dict):
-    """The report's two tables, as plain text for the terminal."""
+    """The report's verdict and its two tables, as the Markdown has them, for the terminal."""
     print("=" * 60)
     print(f"COMPARISON: {report['folder']} against {report['solution']}")
     print("=" * 60)
-    print(headline(report))
-    print(kernel_counts(report))
-    print()
-    print(f"{'kernel':24} {'status':6} {'error / limit':>22} {'time':>10} {'solution':>10} {'ratio':>6}  guards against")
-    for r in report["kernels"]:
-        ratio = "" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"
-        print(f"{r['kernel']:24} {r['status']:6} {_err(r):>22} {_us(r['time_us']):>10} "
-              f"{_us(r['solution_time_us']):>10} {ratio:>6}  {r['guards']}")
-    print()
-    ref = report["reference_label"] or "reference"
-    print(f"{'run':16} {'time (ms)':>16} {'ms/token':>9} {'tokens':>6} {'ids = ' + ref:>20} {'floor/time':>10}")
-    for r in report["end_to_end"]:
-        same = "-" if r["ids_equal_reference"] is None else ("yes" if r["ids_equal_reference"] else "NO")
-        print(f"{r['label']:16} {r['mean_ms']:9.1f} ± {r['std_ms']:5.1f} {r['ms_per_token']:9.2f} {r['tokens']:6d} "
-              f"{same:>20} {r['floor_fraction'] * 100:9.1f}%")
+    print("\n\n".join([headline(report) + "\n" + kernel_counts(report), kernel_table(report), e2e_table(report)]))
