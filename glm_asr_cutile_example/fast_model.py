@@ -17,18 +17,21 @@ that saves a round trip through memory or a launch. Read top to bottom:
 
 Kernels: fast_linear.py (GEMM / GEMV), fast_attention.py, fast_rope.py, fast_head.py; shared with the
 course path: layers.layernorm / rmsnorm, rope.rope_tables / apply_rope, glue (embedding, token
-positions, KV-cache write) and conv's unfolding. glm_asr_common.model.engine.GreedyModel captures the
-prompt phase and each decode step as CUDA graphs (cuTile launches on the current stream are
-captured) and replays them.
+positions, KV-cache write) and conv's unfolding. This file holds the cuTile launches; the model
+around them (weights, RoPE tables, the encoder stack, projector, embedding, logits) is FastPathModel
+in glm_asr_common/model/fast_model.py, which the Triton fast path fills too.
+glm_asr_common.model.engine.GreedyModel captures the prompt phase and each decode step as CUDA graphs
+(cuTile launches on the current stream are captured) and replays them.
 """
 
 import torch
 
 from glm_asr_common.model.config import ModelConfig
-from glm_asr_common.runtimes.cutile import launch
-from glm_asr_common.model.engine import GreedyModel
+from glm_asr_common.model.course_model import track_ops
+from glm_asr_common.model.fast_model import FastPathModel
 from glm_asr_common.model.precision import Precision
 from glm_asr_common.model.regions import region
+from glm_asr_common.runtimes.cutile import launch
 
 from ._tile_helpers import cdiv, next_power_of_2
 from .conv import TAPS, conv_unfold_kernel
@@ -36,10 +39,9 @@ from .fast_attention import EMULATED, decode_attention, flash_attention
 from .fast_head import greedy_head
 from .fast_linear import linear, llama_mlp
 from .fast_rope import project_qkv_into_cache
-from .glue import embed_tokens, token_positions
+from .glue import token_positions
 from .layers import layernorm, rmsnorm
-from .rope import apply_rope, rope_tables
-from .weight_loader import load_weights
+from .rope import apply_rope
 
 
 def conv1d_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: int, *, precision: str):
@@ -58,39 +60,17 @@ def conv1d_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, strid
     return out.view(B, T_out, -1)
 
 
-class FastGlmAsr(GreedyModel):
+class FastGlmAsr(FastPathModel):
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str):
-        super().__init__(cfg, device, precision)
-        self.w = load_weights(cfg, weights, self.device, self.dtype)
-        e, d = cfg.encoder, cfg.decoder
-        self.enc_cos, self.enc_sin = rope_tables(e.max_positions, e.rotary_dim, e.rope_theta, self.device)
-        self.dec_cos, self.dec_sin = rope_tables(d.max_positions, d.rotary_dim, d.rope_theta, self.device)
-        # Every window numbers its frames 0, 1, ...: positions from slot 0, no padding.
-        no_offset = torch.zeros(1, dtype=torch.int32, device=self.device)
-        self.enc_positions = token_positions(no_offset, no_offset, e.max_positions)
-        self.dot = self.precision.dot
+        super().__init__(cfg, weights, device, precision, track_ops(__package__))
+
+    def conv_gelu(self, x, weight, bias, stride: int):
+        return conv1d_gelu(x, weight, bias, stride, precision=self.dot)
+
+    def linear(self, x, weight, bias=None, *, gelu: bool = False):
+        return linear(x, weight, bias, gelu=gelu, precision=self.dot)
 
     # ---- audio encoder ------------------------------------------------------------------------
-    @torch.inference_mode()
-    @region("encoder")
-    def encode_audio(self, features: torch.Tensor) -> torch.Tensor:
-        """(windows, mels, frames) log-mel → (windows, frames/2, hidden) after the final LayerNorm."""
-        w = self.w
-        features = features.to(self.device, self.dtype)
-        with region("encoder.conv"):
-            h = conv1d_gelu(features, w.conv1_weight, w.conv1_bias, 1, precision=self.dot)
-            x = conv1d_gelu(h.transpose(1, 2), w.conv2_weight, w.conv2_bias, 2, precision=self.dot)
-        windows, frames, hidden = x.shape
-        x = x.view(windows * frames, hidden)
-        attn = torch.empty((windows, frames, self.cfg.encoder.num_heads, self.cfg.encoder.head_dim),
-                           dtype=self.dtype, device=self.device)
-        for layer in w.encoder_layers:
-            with region("encoder.layer"):
-                self._encoder_layer(layer, x, attn)
-        with region("encoder.norm"):
-            x = layernorm(x, w.encoder_norm_weight, w.encoder_norm_bias, self.cfg.encoder.layer_norm_eps)
-        return x.view(windows, frames, hidden)
-
     def _encoder_layer(self, layer, x, attn):
         """One layer over the residual stream x (windows · frames, hidden), updated in place; attn:
         a (windows, frames, heads, head_dim) buffer."""
@@ -98,7 +78,7 @@ class FastGlmAsr(GreedyModel):
         windows, frames, heads, head_dim = attn.shape
         h = layernorm(x, layer.ln1_weight, layer.ln1_bias, e.layer_norm_eps)
         qkv = linear(h, layer.qkv_weight, layer.qkv_bias, precision=self.dot).view(windows, frames, 3 * heads, head_dim)
-        apply_rope(qkv[:, :, :2 * heads], self.enc_cos, self.enc_sin, self.enc_positions[:, :frames], e.rotary_dim)
+        apply_rope(qkv[:, :, :2 * heads], self.enc_cos, self.enc_sin, self.enc_positions[:frames], e.rotary_dim)
         q, k, v = (qkv[:, :, i * heads:(i + 1) * heads].transpose(1, 2) for i in range(3))  # (W, H, T, D) views
         flash_attention(q, k, v, head_dim ** -0.5, attn.transpose(1, 2), causal=False, precision=self.dot)
         linear(attn.view(windows * frames, -1), layer.o_weight, layer.o_bias, accumulate_into=x, precision=self.dot)
@@ -106,20 +86,7 @@ class FastGlmAsr(GreedyModel):
         h = linear(h, layer.fc1_weight, layer.fc1_bias, gelu=True, precision=self.dot)
         linear(h, layer.fc2_weight, layer.fc2_bias, accumulate_into=x, precision=self.dot)
 
-    @torch.inference_mode()
-    def project_audio(self, encoded: torch.Tensor) -> torch.Tensor:
-        """Concatenate each 4 consecutive frames (a free view), then Linear·GELU·Linear."""
-        windows, frames, _ = encoded.shape
-        merged = encoded.reshape(windows * frames // self.cfg.merge_factor, self.cfg.encoder.intermediate_size)
-        with region("projector"):
-            h = linear(merged, self.w.projector_1_weight, self.w.projector_1_bias, gelu=True, precision=self.dot)
-            out = linear(h, self.w.projector_2_weight, self.w.projector_2_bias, precision=self.dot)
-        return out.view(windows, frames // self.cfg.merge_factor, -1)
-
     # ---- text decoder -------------------------------------------------------------------------
-    def embed(self, ids, audio_rows, audio_index):
-        return embed_tokens(ids, self.w.embed_tokens, audio_rows, audio_index)
-
     def decoder_layers(self, x, state, tokens: int, decode: bool):
         """x (batch·tokens, hidden) holds cache slots cache_pos … cache_pos + tokens − 1."""
         d = self.cfg.decoder
@@ -143,10 +110,6 @@ class FastGlmAsr(GreedyModel):
                 llama_mlp(x, layer.ln2_weight, d.rms_norm_eps, layer.gate_up_weight, layer.down_weight,
                           precision=self.dot, rmsnorm=rmsnorm)
         return x
-
-    def logits(self, hidden):
-        normed = rmsnorm(hidden, self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps)
-        return linear(normed, self.w.lm_head, precision=self.dot)
 
     def greedy_head(self, last_hidden, state):
         greedy_head(last_hidden, self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps, self.w.lm_head,

@@ -7,8 +7,6 @@
 Self-check: python glm_asr_triton_example/fast_head.py  (without a GPU: the Triton interpreter)
 """
 
-import time
-
 import torch
 
 if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/fast_head.py
@@ -108,38 +106,14 @@ def greedy_head(
 
 
 def _self_check():
+    from glm_asr_common.course.greedy_head_case import chosen_logit_gap, greedy_head_case
     from glm_asr_common.course.self_check import SelfCheck
 
     check = SelfCheck("fast_head.py", INTERPRET)
-    on_gpu, device = check.on_gpu, check.device
-    gen = torch.Generator().manual_seed(int(time.time()))
-    H, V = (2048, 59264) if on_gpu else (96, 300)
-    eps = 1e-5
-
-    def rand(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=gen) * scale).to(device=device, dtype=torch.bfloat16)
-
-    w, w_lm, xh = rand(H), rand(V, H, scale=H**-0.5), rand(2, H)
-    banned = torch.tensor([V - 2, V - 1], device=device)
-    suppress = torch.ones(1, dtype=torch.int32, device=device)
-    ids_out = torch.empty(2, dtype=torch.int64, device=device)
-
-    def head_logits():
-        normed = xh.float() * torch.rsqrt(xh.float().pow(2).mean(-1, keepdim=True) + eps) * w.float()
-        logits = normed @ w_lm.float().T
-        logits[:, banned] = float("-inf")
-        return logits
-
-    def chosen_logit_gap(chosen, logits):
-        """Judge the chosen id by its reference logit, so near-ties in bf16 still pass: (how far it
-        falls short of the row maximum, that / max |logit|)."""
-        logits = logits.double()
-        finite = logits.masked_fill(~torch.isfinite(logits), 0.0)
-        gap = (logits.max(-1).values - logits.gather(1, chosen[:, None].to(logits.device))[:, 0]).max().item()
-        return gap, gap / finite.abs().max().item()
-
-    check.check("greedy_head", lambda: greedy_head(xh, w, eps, w_lm, banned, suppress, ids_out, input_precision="tf32"),
-                head_logits, f"2x{H}->{V} bf16", 1e-2, errors=chosen_logit_gap)
+    case = greedy_head_case(check.on_gpu, check.device, cpu_vocab=300)
+    check.check("greedy_head", lambda: greedy_head(case.x, case.norm_weight, case.eps, case.lm_head, case.banned,
+                                                   case.suppress, case.out_ids, input_precision="tf32"),
+                case.reference_logits, case.shape, 1e-2, errors=chosen_logit_gap)
     check.finish()
 
 

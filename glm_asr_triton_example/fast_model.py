@@ -17,86 +17,58 @@ that saves a round trip through memory or a launch. Read top to bottom:
 
 Kernels: fast_linear.py (GEMM / GEMV), fast_attention.py, fast_rope.py, fast_head.py; shared with the
 course path: conv.py, glue.py (embedding, argmax helpers), layers.layernorm / rmsnorm, rope.rope_tables
-and rope.apply_rope (the encoder's rotation).
+and rope.apply_rope (the encoder's rotation). FastGlmAsr below writes the launches in this track's
+conventions: conv stem, GEMM, encoder layer, decoder layers, head. The rest (weights, RoPE tables,
+the encoder stack, projector, embedding, logits) is FastPathModel's, glm_asr_common/model/fast_model.py,
+which the cuTile fast path fills too.
 """
 
 import torch
 
 from glm_asr_common.model.config import ModelConfig
-from glm_asr_common.model.engine import GreedyModel
+from glm_asr_common.model.course_model import track_ops
+from glm_asr_common.model.fast_model import FastPathModel
 from glm_asr_common.model.precision import Precision
 from glm_asr_common.model.regions import region
 
 from .conv import conv1d
 from .fast_attention import decode_attention, flash_attention
 from .fast_head import greedy_head
-from .fast_linear import linear, llama_mlp, lm_head_logits
+from .fast_linear import linear, llama_mlp
 from .fast_rope import project_qkv_into_cache
-from .glue import embed_tokens
-from .layers import layernorm, rmsnorm
-from .rope import apply_rope, rope_tables
-from .weight_loader import load_weights
+from .layers import layernorm
+from .rope import apply_rope
 
 
-class FastGlmAsr(GreedyModel):
+class FastGlmAsr(FastPathModel):
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str):
-        super().__init__(cfg, device, precision)
-        self.w = load_weights(cfg, weights, self.device, self.dtype)
-        e, d = cfg.encoder, cfg.decoder
-        self.enc_cos, self.enc_sin = rope_tables(e.max_positions, e.rotary_dim, e.rope_theta, self.device)
-        self.dec_cos, self.dec_sin = rope_tables(d.max_positions, d.rotary_dim, d.rope_theta, self.device)
-        self.enc_positions = torch.arange(e.max_positions, dtype=torch.int32, device=self.device)
-        self.dot = self.precision.dot
+        super().__init__(cfg, weights, device, precision, track_ops(__package__))
+
+    def conv_gelu(self, x, weight, bias, stride: int):
+        return conv1d(x, weight, bias, stride=stride, gelu=True, precision=self.dot)
+
+    def linear(self, x, weight, bias=None, *, gelu: bool = False):
+        return linear(x, weight, bias, activation="gelu" if gelu else None, input_precision=self.dot)
 
     # ---- audio encoder ------------------------------------------------------------------------
-    @torch.inference_mode()
-    @region("encoder")
-    def encode_audio(self, features: torch.Tensor) -> torch.Tensor:
-        """(windows, mels, frames) log-mel → (windows, frames/2, hidden) after the final LayerNorm."""
-        w = self.w
-        features = features.to(self.device, self.dtype)
-        with region("encoder.conv"):
-            h = conv1d(features, w.conv1_weight, w.conv1_bias, stride=1, gelu=True, precision=self.dot)
-            x = conv1d(h.transpose(1, 2), w.conv2_weight, w.conv2_bias, stride=2, gelu=True, precision=self.dot)
-        windows, frames, hidden = x.shape
-        x = x.view(windows * frames, hidden)
-        for layer in w.encoder_layers:
-            with region("encoder.layer"):
-                x = self._encoder_layer(layer, x, windows, frames)
-        with region("encoder.norm"):
-            x = layernorm(x, w.encoder_norm_weight, w.encoder_norm_bias, self.cfg.encoder.layer_norm_eps)
-        return x.view(windows, frames, hidden)
-
-    def _encoder_layer(self, layer, x, windows: int, frames: int):
+    def _encoder_layer(self, layer, x, attn):
+        """One layer over the residual stream x (windows · frames, hidden), updated in place; attn:
+        a (windows, frames, heads, head_dim) buffer."""
         e = self.cfg.encoder
-        heads, head_dim = e.num_heads, e.head_dim
+        windows, frames, heads, head_dim = attn.shape
         h = layernorm(x, layer.ln1_weight, layer.ln1_bias, e.layer_norm_eps)
         qkv = linear(h, layer.qkv_weight, layer.qkv_bias, input_precision=self.dot)
         qkv = qkv.view(windows, frames, 3 * heads, head_dim)
         apply_rope(qkv[:, :, : 2 * heads], self.enc_cos, self.enc_sin, self.enc_positions[:frames], e.rotary_dim)
         q, k, v = qkv[:, :, :heads], qkv[:, :, heads:2 * heads], qkv[:, :, 2 * heads:]
-        attn = flash_attention(q, k, v, head_dim ** -0.5, causal=False, precision=self.dot)
-        x = linear(attn.view(windows * frames, -1), layer.o_weight, layer.o_bias, residual=x, out=x,
-                   input_precision=self.dot)
+        flash_attention(q, k, v, head_dim ** -0.5, causal=False, precision=self.dot, out=attn)
+        linear(attn.view(windows * frames, -1), layer.o_weight, layer.o_bias, residual=x, out=x,
+               input_precision=self.dot)
         h = layernorm(x, layer.ln2_weight, layer.ln2_bias, e.layer_norm_eps)
         h = linear(h, layer.fc1_weight, layer.fc1_bias, activation="gelu", input_precision=self.dot)
-        return linear(h, layer.fc2_weight, layer.fc2_bias, residual=x, out=x, input_precision=self.dot)
-
-    @torch.inference_mode()
-    def project_audio(self, encoded: torch.Tensor) -> torch.Tensor:
-        """Concatenate each 4 consecutive frames (a free view), then Linear·GELU·Linear."""
-        windows, frames, _ = encoded.shape
-        merged = encoded.reshape(windows * frames // self.cfg.merge_factor, self.cfg.encoder.intermediate_size)
-        with region("projector"):
-            h = linear(merged, self.w.projector_1_weight, self.w.projector_1_bias, activation="gelu",
-                       input_precision=self.dot)
-            out = linear(h, self.w.projector_2_weight, self.w.projector_2_bias, input_precision=self.dot)
-        return out.view(windows, frames // self.cfg.merge_factor, -1)
+        linear(h, layer.fc2_weight, layer.fc2_bias, residual=x, out=x, input_precision=self.dot)
 
     # ---- text decoder -------------------------------------------------------------------------
-    def embed(self, ids, audio_rows, audio_index):
-        return embed_tokens(ids, self.w.embed_tokens, audio_rows, audio_index)
-
     def decoder_layers(self, x, state, tokens: int, decode: bool):
         """x (batch·tokens, hidden) holds cache slots cache_pos … cache_pos + tokens − 1."""
         d = self.cfg.decoder
@@ -117,10 +89,6 @@ class FastGlmAsr(GreedyModel):
                 x = llama_mlp(x, layer.ln2_weight, d.rms_norm_eps, layer.gate_up_weight, layer.down_weight,
                               input_precision=self.dot)
         return x
-
-    def logits(self, hidden):
-        normed = rmsnorm(hidden, self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps)
-        return lm_head_logits(normed, self.w.lm_head, input_precision=self.dot)
 
     def greedy_head(self, last_hidden, state):
         greedy_head(last_hidden, self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps, self.w.lm_head,
