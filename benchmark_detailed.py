@@ -243,6 +243,7 @@ def print_micro(res: dict, peaks):
     banner(f"MICRO-BENCHMARKS: {', '.join(res['folders'])} vs torch ({res['precision']}, {res['device']}; median of "
            f"{res['runs']} calls{', cold L2' if res['device'] == 'cuda' else ''}; seq-len {res['seq_len']})")
     print(f"Peaks: {peaks.describe()}")
+    gpu = res["device"] == "cuda"
     for sec in res["sections"]:
         print(f"\n== {sec['kind']} ==")
         headers = ["op", "shape", "GFLOP", "MB", "floor us", "torch us"]
@@ -256,14 +257,16 @@ def print_micro(res: dict, peaks):
                 if i["us"] is None:
                     row += [i["note"][:30], "-", "-", "-", "-"]
                 else:
-                    tag = "" if i["launcher"] else " (torch)"
+                    tag = ("" if i["launcher"] else " (torch)") + ("*" if i["timing"] == "eager" and gpu else "")
                     row += [fmt_num(i["us"], 1, 1) + tag, f"{i['speedup_vs_torch']:.2f}x", fmt_num(i["pct_roof"]),
                             i["verdict"], f"{i['max_rel_error']:.1e}"]
             rows.append(row)
         print(table(headers, rows, left=2))
     print("\nfloor = max(FLOPs / peak FLOP/s, bytes / peak bandwidth) with the measured peaks; speed-up = torch us / "
           "folder us;\n(torch) = the folder has no public launcher for it, so torch itself is its kernel; max err = "
-          "max|folder - torch| / max|torch| on the same inputs.")
+          "max|folder - torch| / max|torch| on the same inputs."
+          + ("\nOn the GPU each call is a CUDA-graph replay (the kernels' time, not the launcher's); * = could not be "
+             "captured, timed as launched." if gpu else ""))
 
 
 def run_nsys(args) -> int:

@@ -159,7 +159,8 @@ for part in "${PARTS[@]}"; do
             step "detailed bf16" 300 python3 benchmark_detailed.py glm_asr_triton_example --random-weights --precision bf16 \
                 --path fast --min-new-tokens 13 --max-new-tokens 13 --runs 5 --compare glm_asr_triton_example:course \
                 --json "$DETAILED/bf16/detailed.json" --csv "$DETAILED/bf16/kernels.csv" --plot "$DETAILED/bf16"
-            step "micro-benchmarks bf16" 200 python3 benchmark_detailed.py glm_asr_triton_example --random-weights \
+            step "micro-benchmarks bf16" 200 python3 benchmark_detailed.py glm_asr_triton_example \
+                $(has_cutile && echo --compare glm_asr_cutile_example) --random-weights \
                 --precision bf16 --attention-only --linear-only --json "$DETAILED/bf16/micro.json"
             python3 utils/make_template.py --filled . --package glm_asr_triton_filled >/dev/null
             step "compare report (filled template)" 300 ./benchmark.sh glm_asr_triton_filled --random-weights --precision bf16 \

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from ..measure.timer import mark, ms_between, time_repeats
+from ..measure.timer import mark, ms_between, time_launches, time_repeats
 from . import todo_kernels
 from ..model import launch_contracts
 from ..model.course_model import TrackOps, track_ops
@@ -43,7 +43,9 @@ from .kernel_cases import CASES, Close, Inputs, Verdict
 _RECORDING: list[SelfCheck] | None = None
 
 # A GPU row's time: the median of GPU_REPEATS timed launches after GPU_WARMUP untimed ones (compiling,
-# autotuning); a graph row replays GRAPH_LAUNCHES back-to-back launches, so a launch's host cost is not timed.
+# autotuning), each after an L2 flush and replayed from a CUDA graph (timer.time_launches: the kernels' time,
+# not the host's launch; "(launched)" where the launch cannot be captured); a back-to-back row replays
+# GRAPH_LAUNCHES launches in one graph, warm, for kernels shorter than a flush.
 GPU_WARMUP, GPU_REPEATS, GRAPH_LAUNCHES = 5, 50, 20
 
 
@@ -171,26 +173,27 @@ class SelfCheck:
             status, note = "REF", "the example's kernel ran (--allow-reference)"
         us, timing = None, ""
         if self.on_gpu and timed:
-            us = self._gpu_us(launch, graph)
-            timing = f"{us:11.1f} us" + (" (graph)" if graph else "")
+            us, how = self._gpu_us(launch, graph)
+            timing = f"{us:11.1f} us" + (f" ({how})" if how != "graph" else "")
         elif not self.on_gpu:
             us, timing = seconds * 1e6, f"{seconds * 1e3:11.1f} ms"
         self._row(CheckRow(name, guards, status, verdict.error, verdict.limit, judge.unit, shape, us, self.on_gpu,
                            note), timing)
 
     @staticmethod
-    def _gpu_us(launch, graph: bool) -> float:
-        """Median µs of a launch: after an L2 flush, or (``graph``) replayed back to back in a CUDA graph."""
-        if not graph:
-            return statistics.median(time_repeats(launch, "cuda", warmup=GPU_WARMUP, repeats=GPU_REPEATS,
-                                                  flush=True)) * 1e3
+    def _gpu_us(launch, back_to_back: bool) -> tuple[float, str]:
+        """Median µs of a launch and how it was timed: "graph" (a replay after an L2 flush), "launched" (it
+        could not be captured), or ``back_to_back`` "back to back" (GRAPH_LAUNCHES replayed in one graph)."""
+        if not back_to_back:
+            times, timing = time_launches(launch, "cuda", warmup=GPU_WARMUP, repeats=GPU_REPEATS)
+            return statistics.median(times) * 1e3, "graph" if timing == "graph" else "launched"
 
         def launches():
             for _ in range(GRAPH_LAUNCHES):
                 launch()
 
         return statistics.median(time_repeats(launches, "cuda", warmup=GPU_WARMUP, repeats=GPU_REPEATS,
-                                              graph=True)) * 1e3 / GRAPH_LAUNCHES
+                                              graph=True)) * 1e3 / GRAPH_LAUNCHES, "back to back"
 
     def _sync(self):
         if self.on_gpu:

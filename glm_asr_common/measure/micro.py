@@ -1,7 +1,8 @@
 """Micro-benchmarks of benchmark_detailed.py --attention-only / --linear-only: the attention and linear
 launches of the real model's shapes (or a checkpoint's), each timed in torch and through every folder's
-public launcher of it (glm_asr_common.measure.timer, an L2 flush before each call on a GPU), checked
-against torch on the same inputs, with the roofline floor of its FLOPs and bytes.
+public launcher of it (glm_asr_common.measure.timer.time_launches: on a GPU an L2 flush before each call,
+each call a CUDA-graph replay where it can be captured), checked against torch on the same inputs, with
+the roofline floor of its FLOPs and bytes.
 """
 
 import functools
@@ -21,7 +22,7 @@ from ..model.frontend import SYNTHETIC_PREFIX_LEN, SYNTHETIC_SUFFIX_LEN, audio_t
 from ..model.precision import get_precision
 from ..reference.hf_model import raw_config
 from . import roofline
-from .timer import quartiles, time_repeats
+from .timer import quartiles, time_launches
 
 
 def model_config(args):
@@ -37,9 +38,12 @@ def default_seq_len(args, cfg) -> int:
     return tokens + SYNTHETIC_PREFIX_LEN + SYNTHETIC_SUFFIX_LEN
 
 
-def bench_us(fn, device: str, runs: int) -> tuple[float, float, float]:
-    """(q1, median, q3) µs of ``fn`` after 3 untimed calls; on a GPU each call follows an L2 flush."""
-    return tuple(ms * 1000 for ms in quartiles(time_repeats(fn, device, warmup=3, repeats=runs, flush=True)))
+def bench_us(fn, device: str, runs: int) -> tuple[float, float, float, str]:
+    """(q1, median, q3) µs of ``fn`` after 3 untimed calls, and how it was timed: on a GPU each call follows
+    an L2 flush and is replayed from a CUDA graph ("graph") where it can be captured, else launched
+    ("eager"; timer.time_launches)."""
+    times, timing = time_launches(fn, device, warmup=3, repeats=runs)
+    return (*(ms * 1000 for ms in quartiles(times)), timing)
 
 
 # The launchers the micro-benchmarks time, by module: a fast path's fused kernels and the course path's.
@@ -241,22 +245,22 @@ def run_micro(args, folders: list[str], peaks, device: str) -> dict:
     for kind, make in kinds:
         rows = []
         for name, shape, op, torch_fn, builders, to_torch in make(cfg, seq_len, args, device, dtype):
-            tq1, tmed, tq3 = bench_us(torch_fn, device, runs)
+            tq1, tmed, tq3, torch_timing = bench_us(torch_fn, device, runs)
             reference = torch_fn()
             floor = roofline.floor_seconds(op.flops, op.bytes, peaks, args.precision) * 1e6
             row = {"op": name, "shape": shape, "flops": op.flops, "bytes": op.bytes, "floor_us": floor,
-                   "torch_us": tmed, "torch_iqr_us": [tq1, tq3], "impls": []}
+                   "torch_us": tmed, "torch_iqr_us": [tq1, tq3], "torch_timing": torch_timing, "impls": []}
             for folder, launchers in impls:
                 launcher = next((n for n in builders if n in launchers), None)
-                entry = {"folder": folder, "launcher": launcher, "us": None, "iqr_us": None, "note": "",
-                         "max_rel_error": None}
+                entry = {"folder": folder, "launcher": launcher, "us": None, "iqr_us": None, "timing": None,
+                         "note": "", "max_rel_error": None}
                 if launcher is None:  # no public launcher of it: torch itself is the folder's kernel
-                    entry.update(us=tmed, iqr_us=[tq1, tq3], note="torch", max_rel_error=0.0)
+                    entry.update(us=tmed, iqr_us=[tq1, tq3], timing=torch_timing, note="torch", max_rel_error=0.0)
                 else:
                     try:
                         fn = builders[launcher](launchers[launcher])
                         entry["max_rel_error"] = max_rel_error(to_torch(fn()), reference)
-                        q1, entry["us"], q3 = bench_us(fn, device, runs)
+                        q1, entry["us"], q3, entry["timing"] = bench_us(fn, device, runs)
                         entry["iqr_us"] = [q1, q3]
                     except NotImplementedError:
                         entry["note"] = "not implemented"

@@ -4,7 +4,8 @@ On a GPU a time is the span between two CUDA events recorded on the current stre
 the gaps where it waited for the host included. On a CPU it is the host clock (perf_counter).
 ``time_repeats`` adds what a launch's time needs: untimed warm-up calls (compilation, autotuning), a
 write of ``L2_FLUSH_BYTES`` before each timed call on a GPU (so no call finds its operands left in L2
-by the call before), and a CUDA-graph mode that times replays, without the host's launch cost.
+by the call before), and a CUDA-graph mode that times replays, without the host's launch cost;
+``time_launches`` combines the two for a kernel's launch.
 """
 
 import statistics
@@ -74,6 +75,21 @@ def time_repeats(fn, device: str, *, warmup: int, repeats: int, flush: bool = Fa
         synchronize(device)
         times.append(ms_between(start, end))
     return times
+
+
+def time_launches(fn, device: str, *, warmup: int, repeats: int) -> tuple[list[float], str]:
+    """ms of the GPU work of each of ``repeats`` calls of ``fn`` (kernel launches), each after an L2 flush,
+    and how they were timed: "graph" (``fn`` captured once, each repeat a replay) or, where ``fn`` cannot be
+    captured (a launcher that synchronises, say), "eager". A replay costs the host a few µs, hidden behind
+    the flush; an eager Python launch can cost more than the flush takes (Triton's launcher: about 100 µs
+    on an H200 for the fast GEMM, more than its kernel), and the events would time the GPU waiting for it.
+    On a CPU: the calls themselves ("eager")."""
+    if device == "cuda":
+        try:
+            return time_repeats(fn, device, warmup=warmup, repeats=repeats, flush=True, graph=True), "graph"
+        except RuntimeError:  # the capture failed; nothing of it is left on the stream
+            torch.cuda.synchronize()
+    return time_repeats(fn, device, warmup=warmup, repeats=repeats, flush=True), "eager"
 
 
 def time_until_stable(fn, device: str, *, min_runs: int, max_runs: int, relative_error: float,
