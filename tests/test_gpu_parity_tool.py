@@ -1,5 +1,8 @@
 """The teacher-forced regret utils/gpu_parity.py judges the decode path by (glm_asr_common.reference.hf_model),
-on a tiny checkpoint."""
+on a tiny checkpoint, and its verdicts on the rows of a recorded GPU run."""
+
+import json
+import os
 
 import pytest
 import torch
@@ -7,6 +10,8 @@ import torch
 from glm_asr_common.model.audio import load_audio
 from glm_asr_common.reference.hf_model import teacher_forced_regret
 from parity import hf_generate, hf_kwargs, hf_model, inputs_for, track_model
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @torch.no_grad()
@@ -28,3 +33,22 @@ def test_regret_is_zero_for_transformers_own_ids_and_large_for_others(tiny_ckpt,
     regret, step, top2_gap = teacher_forced_regret(hf, feed, wrong)
     assert step == 4 and regret == pytest.approx(float(step_logits.max() - step_logits.min()), rel=1e-5)
     assert top2_gap >= 0.0
+
+
+def test_regret_verdicts_of_a_recorded_h200_run():
+    """The TF32 / bf16 verdicts of gpu_parity, from the rows of the H200 run of 2026-11-26 (full-size random weights):
+    plain PyTorch's bf16 (61.6 over 11 flips beside transformers' own 55.6 over 10) is within chance and passes;
+    the Triton course path's 104 over 14 and the Triton paths' TF32 in attention (1.62, 3.14 against 0.322) fail."""
+    import gpu_parity
+
+    path = os.path.join(REPO, "docs", "gpu_runs", "2026-11-26-h200-regret", "parity_regret.jsonl")
+    rows = [json.loads(line) for line in open(path)]
+    yardstick = {r["precision"]: r for r in rows if r["track"] == "transformers"}
+    verdicts = {(r["track"], r["precision"]): gpu_parity.verdict(r, yardstick[r["precision"]]).split()[0]
+                for r in rows if r["track"] != "transformers"}
+    assert verdicts[("glm_asr_scratch:course", "bf16")] == "PASS"
+    assert verdicts[("glm_asr_cutile_example:fast", "bf16")] == "PASS"
+    assert verdicts[("glm_asr_triton_example:course", "bf16")] == "FAIL"
+    assert verdicts[("glm_asr_triton_example:fast", "tf32")] == "FAIL"
+    assert gpu_parity.regret_bound(yardstick["bf16"]) == pytest.approx(55.6 / 10 * (10 + 2 * 10 ** 0.5), rel=1e-2)
+    assert gpu_parity.regret_bound({"same_context_regret": 0.0, "same_context_flips": 0}) == 0.01
