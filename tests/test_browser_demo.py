@@ -144,8 +144,12 @@ def finished_card(driver, previous=None):
         cards = driver.find_elements(By.CSS_SELECTOR, ".st-key-run_card")
         running = driver.find_elements(By.CSS_SELECTOR, "[data-testid=stStatusWidget]")
         text = cards[0].text if cards and not running else None
-        # The card is drawn element by element: its last line names the checkpoint.
-        return text if text and "checkpoint: " in text and text != previous else None
+        # The card is drawn element by element, not always in order: done when its caption names the
+        # checkpoint and its four metrics are there.
+        metrics = ("time", "tokens", "ms / token", "real-time factor")
+        drawn = text and "checkpoint: " in text and all(
+            re.search(rf"^{re.escape(m)}\n", text, re.M) for m in metrics)
+        return text if drawn and text != previous else None
     return wait_for(card, RUN_TIMEOUT, "the run card")
 
 

@@ -140,7 +140,10 @@ def test_an_interrupt_stops_the_workers_and_keeps_the_results(graded, tiny_ckpt,
     command = [str(REPO / "benchmark.sh"), "--grade", str(submissions), "--out", str(out), "--model", str(tiny_ckpt),
                "--audio", str(clips["short"]), "--max-new-tokens", "2", "--time-limit", str(LIMIT_S),
                "--cases", "gelu_kernel,silu_kernel", "--only", "sleeper", "--force"]
-    grader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT as at a terminal even where the suite itself was started in the background, which ignores it
+    # (and a process started with SIGINT ignored keeps it so: Python installs no KeyboardInterrupt then).
+    grader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not (out / "scratch" / "sleeper" / "copy").is_dir():
         assert time.monotonic() < deadline and grader.poll() is None, "the sleeper's worker never started"
