@@ -13,7 +13,8 @@
 #             against transformers, bf16 time, real-time factor, peak memory
 #   kernels   the course path's self-checks on the GPU (the course kernels' and the glue's case table
 #             with its model-size cases, timed; conv.py) of both tracks (cuTile for real where .cutile is
-#             carried), and the planted TF32 bug, caught by the GPU's own TF32
+#             carried), the planted TF32 bug, caught by the GPU's own TF32, and the cuTile emulator's
+#             semantics tests run against the real cuda.tile
 #   robust    the fast paths' self-checks and kernel tests, tiny checkpoints of awkward shapes end to
 #             end, and the bad-input cases of the command line
 #   detailed  benchmark_detailed.py (fast path vs course path, bf16, with plots; the attention and linear
@@ -142,6 +143,11 @@ for part in "${PARTS[@]}"; do
             # The planted bug whose CPU catch rests on the interpreter's TF32 rounding, caught by the GPU's own.
             step "planted TF32 bug, caught on the GPU" 300 python3 -m pytest -q tests/test_planted_bugs.py \
                 -k input_precision -p no:cacheprovider
+            # The cuTile semantics the emulator models (tests/test_cutile_emulator.py), against the real cuda.tile.
+            if has_cutile; then
+                step "cuTile semantics, the emulator's tests on the GPU" 200 python3 -m pytest -q \
+                    tests/test_cutile_emulator.py -p no:cacheprovider
+            fi
             ;;
         robust)
             for track in triton $(has_cutile && echo cutile); do
