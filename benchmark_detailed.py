@@ -154,7 +154,8 @@ def print_report(rep: dict, peaks, top: int = 30):
         what = "parts and per-layer times" if g["prompt_graph"] else "decode parts and per-layer decode times"
         notes.append(f"† {what} come from runs with use_cuda_graph=False (a graph replay runs no region inside "
                      f"it): a step takes {fmt_ms(g['step_ms_with_graph'])} ms with the graph, "
-                     f"{fmt_ms(g['step_ms_without_graph'])} ms without. The {kcol} column and the kernel tables "
+                     f"{fmt_ms(g['step_ms_without_graph'])} ms without; their % e2e is of those runs' end to end. "
+                     f"The {kcol} column and the kernel tables "
                      f"come from the profiled run with use_cuda_graph=False too; the run with graphs made "
                      f"{g['graph_launches']} graph launches and {g['kernels_outside_graphs']} other kernel launches.")
     if g and g["prompt_graph"]:

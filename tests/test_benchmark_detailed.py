@@ -574,6 +574,9 @@ def test_report_of_a_graphed_run_on_the_real_trace(h200_trace, real_cfg, capsys)
     assert rows["encoder"]["in_graph"] and rows["encoder"]["wall_ms"] == 0 and rows["encoder"]["kernel_ms"] > 3
     assert rows["encoder.layers"]["graph_off"] and rows["encoder.layers"]["wall_ms"] > 0
     assert rows["prefill"]["wall_ms"] == pytest.approx(10.8) and rows["decode"]["wall_ms"] == pytest.approx(4.8)
+    # A part timed without graphs is a share of those runs' end to end (30 ms), a top-level row of the graphed (16 ms).
+    assert rows["encoder.layers"]["pct"] == pytest.approx(100 * rows["encoder.layers"]["wall_ms"] / 30.0)
+    assert rows["prefill"]["pct"] == pytest.approx(100 * 10.8 / 16.0)
     assert rep["cuda_graph"]["prompt_graph"] and rep["profiled_run"] == "use_cuda_graph=False"
     assert rep["cuda_graph"]["graph_launches"] == 4 and rep["cuda_graph"]["kernels_outside_graphs"] == 0
     assert len(rep["layers"]["encoder"]) == 32 and rep["layers"]["prompt_source"] == "use_cuda_graph=False runs"

@@ -91,9 +91,11 @@ def build_report(session, args, measured: dict, peaks, label: str) -> dict:
         level = int("." in key)
         graph_off = level == 1 and (prompt_graph if not key.startswith("decode") else graph is not None)
         wall = gcomp if graph_off else comp
+        # A part timed without graphs is a share of that run's end to end, not of the graphed one's.
+        of = wall["total"]["median"]
         rows.append({"name": name.format(**names), "key": key, "level": level, "wall_ms": wall[key]["median"],
                      "q1_ms": wall[key]["q1"], "q3_ms": wall[key]["q3"],
-                     "pct": 100 * wall[key]["median"] / total["median"] if total["median"] else 0.0,
+                     "pct": 100 * wall[key]["median"] / of if of else 0.0,
                      "kernel_ms": kern.get(key, 0.0), "graph_off": graph_off,
                      "in_graph": prompt_graph and key in ("encoder", "projector")})
     rows[-1]["kernel_ms"] = sum(k.ms for k in prof.kernels if k.region < 0)
