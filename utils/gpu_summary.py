@@ -23,28 +23,26 @@ RESULT_LINE = re.compile(r"(\d+ (passed|failed)\b.*|\d+ of \d+ .*)")
 
 def steps_table(log: Path) -> list[str]:
     """One row per step of gpu_check.sh's log.txt ("=== NAME (HH:MM:SS)" ... "=== NAME exit N"): its exit,
-    seconds and last result line, so a part without tables of its own (kernels, robust) still ends in one."""
+    seconds (to the next step's start) and last result line, so a part without tables of its own (kernels,
+    robust) still ends in one. The summary step, still running when it is read, only ends the one before."""
     if not log.is_file():
         return []
-    rows, name, start, result = [], None, None, ""
+    steps = []  # [name, start, exit or None, result]
     for line in log.read_text(errors="replace").splitlines():
-        opened = re.fullmatch(r"=== (.+) \((\d\d:\d\d:\d\d)\)", line)
-        closed = re.fullmatch(r"=== (.+) exit (\d+)", line)
-        if opened:
-            name, start, result = opened[1], datetime.datetime.strptime(opened[2], "%H:%M:%S"), ""
-        elif closed and closed[1] == name != "summary":  # this table's own step, still running when it is read
-            rows.append((name, int(closed[2]), start, result))
-        elif name and RESULT_LINE.search(line.strip(" =")):
-            result = RESULT_LINE.search(line.strip(" ="))[0]
-    if not rows:
-        return []
-    lines = ["| step | exit | seconds | result |", "| --- | --- | --- | --- |"]
-    following = [start for _, _, start, _ in rows[1:]] + [None]
-    for (step, code, began, result), ended in zip(rows, following):
-        seconds = f"{(ended - began).seconds}" if ended else "-"
+        if opened := re.fullmatch(r"=== (.+) \((\d\d:\d\d:\d\d)\)", line):
+            steps.append([opened[1], datetime.datetime.strptime(opened[2], "%H:%M:%S"), None, ""])
+        elif (closed := re.fullmatch(r"=== (.+) exit (\d+)", line)) and steps and closed[1] == steps[-1][0]:
+            steps[-1][2] = int(closed[2])
+        elif steps and (result := RESULT_LINE.search(line.strip(" ="))):
+            steps[-1][3] = result[0]
+    rows = []
+    for (name, began, code, result), following in zip(steps, steps[1:] + [None]):
+        if code is None or name == "summary":
+            continue
+        seconds = f"{(following[1] - began).seconds}" if following else "-"
         verdict = "0" if code == 0 else f"**{code}**" + (" (time limit)" if code == 124 else "")
-        lines.append(f"| {step} | {verdict} | {seconds} | {result or '-'} |")
-    return lines + [""]
+        rows.append(f"| {name} | {verdict} | {seconds} | {result or '-'} |")
+    return ["| step | exit | seconds | result |", "| --- | --- | --- | --- |", *rows, ""] if rows else []
 
 
 def parity_table(rows: list[dict]) -> list[str]:
@@ -254,8 +252,8 @@ def fastpath_tables(out: Path) -> list[str]:
 def main(out_dir: str):
     out = Path(out_dir)
     parity = read_lines(out / "parity.jsonl")
-    lines = steps_table(out / "log.txt") + parity_table(parity) + clips_table(read_lines(out / "clips.jsonl")) + bench_table(
-        read_lines(out / "bench.jsonl"), parity) + fastpath_tables(out)
+    lines = (steps_table(out / "log.txt") + parity_table(parity) + clips_table(read_lines(out / "clips.jsonl"))
+             + bench_table(read_lines(out / "bench.jsonl"), parity) + fastpath_tables(out))
     text = "\n".join(lines) if lines else "(no results recorded)"
     (out / "summary.md").write_text(text + "\n")
     print(text)

@@ -84,12 +84,14 @@ def time_launches(fn, device: str, *, warmup: int, repeats: int) -> tuple[list[f
     the flush; an eager Python launch can cost more than the flush takes (Triton's launcher: about 100 µs
     on an H200 for the fast GEMM, more than its kernel), and the events would time the GPU waiting for it.
     On a CPU: the calls themselves ("eager")."""
+    for _ in range(warmup):  # outside the capture's try: a launch that fails here fails the timing
+        fn()
     if device == "cuda":
         try:
-            return time_repeats(fn, device, warmup=warmup, repeats=repeats, flush=True, graph=True), "graph"
+            return time_repeats(fn, device, warmup=0, repeats=repeats, flush=True, graph=True), "graph"
         except RuntimeError:  # the capture failed; nothing of it is left on the stream
             torch.cuda.synchronize()
-    return time_repeats(fn, device, warmup=warmup, repeats=repeats, flush=True), "eager"
+    return time_repeats(fn, device, warmup=0, repeats=repeats, flush=True), "eager"
 
 
 def time_until_stable(fn, device: str, *, min_runs: int, max_runs: int, relative_error: float,
