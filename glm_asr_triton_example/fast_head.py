@@ -56,11 +56,11 @@ def lm_head_argmax_kernel(
     tl.store(idx_ptr + offs_m * n_blocks + block, block_idx, mask=m_mask)
 
 
-def _lm_head_config(dtype: torch.dtype, input_precision: str) -> dict:
+def _lm_head_config(dtype: torch.dtype, precision: str) -> dict:
     """Weight-streaming tiles for the vocabulary GEMV: 64 vocabulary rows, 512-byte runs of K; 256-byte
     runs for an FMA dot (IEEE fp32), whose operand slices at 512 bytes spill 640 bytes a thread (ptxas
     on sm_90a)."""
-    block_k = (256 if fma_dot(dtype, input_precision) else 512) // dtype.itemsize
+    block_k = (256 if fma_dot(dtype, precision) else 512) // dtype.itemsize
     if INTERPRET:  # few, large programs (see _interpreter_linear_config)
         return dict(BLOCK_M=16, BLOCK_V=512, BLOCK_K=512, num_warps=4, num_stages=1)
     return dict(BLOCK_M=16, BLOCK_V=64, BLOCK_K=block_k, num_warps=4, num_stages=4)
@@ -75,7 +75,7 @@ def greedy_head(
     suppress: torch.Tensor,
     out_ids: torch.Tensor,
     *,
-    input_precision: str,
+    precision: str,
 ) -> torch.Tensor:
     """out_ids[b] = argmax_v (rmsnorm(x[b]) @ lm_head_weight[v]), lowest index on ties.
 
@@ -87,7 +87,7 @@ def greedy_head(
     x_normed = rmsnorm(x, norm_weight, eps)
     B, H = x_normed.shape
     V = lm_head_weight.shape[0]
-    cfg = _lm_head_config(x.dtype, input_precision)
+    cfg = _lm_head_config(x.dtype, precision)
     n_blocks = triton.cdiv(V, cfg["BLOCK_V"])
     partial_max = torch.empty((B, n_blocks), dtype=torch.float32, device=x.device)
     partial_idx = torch.empty((B, n_blocks), dtype=torch.int32, device=x.device)
@@ -95,7 +95,7 @@ def greedy_head(
     lm_head_argmax_kernel[(n_blocks, triton.cdiv(B, cfg["BLOCK_M"]))](
         x_normed, lm_head_weight, banned, suppress, partial_max, partial_idx,
         B, V, H, x_normed.stride(0), lm_head_weight.stride(0), num_banned, n_blocks,
-        INPUT_PRECISION=input_precision, BLOCK_BANNED=block_banned, **pdl_options(x.device), **cfg,
+        INPUT_PRECISION=precision, BLOCK_BANNED=block_banned, **pdl_options(x.device), **cfg,
     )
     return _reduce_block_argmax(partial_max, partial_idx, out_ids)
 
@@ -112,7 +112,7 @@ def _self_check():
     check = SelfCheck("fast_head.py", INTERPRET)
     case = greedy_head_case(check.on_gpu, check.device, cpu_vocab=300)
     check.check("greedy_head", lambda: greedy_head(case.x, case.norm_weight, case.eps, case.lm_head, case.banned,
-                                                   case.suppress, case.out_ids, input_precision="tf32"),
+                                                   case.suppress, case.out_ids, precision="tf32"),
                 case.reference_logits, case.shape, 1e-2, errors=chosen_logit_gap)
     check.finish()
 

@@ -433,7 +433,7 @@ def _interpreter_linear_config(M: int, N: int, K: int, gated: bool) -> tuple[str
                         BLOCK_K=block_k, GROUP_M=1, SPLIT_K=1)
 
 
-def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_precision, *,
+def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, precision, *,
                    prologue="none", norm_weight=None, eps=0.0, config=None):
     """The shared launcher. prologue "rmsnorm" / "swiglu" (see _gemv_input) is fused into the GEMV;
     the tiled kernels get "rmsnorm" as a separate rmsnorm launch and do not take "swiglu".
@@ -453,7 +453,7 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_prec
     residual_rows = None if residual is None else as_rows(residual)
     stride_rm = 0 if residual_rows is None else residual_rows.stride(0)
     kind, cfg = config or _linear_config(M, N, K, x.dtype, gated, _sm_count(x.device),
-                                         fma=fma_dot(x.dtype, input_precision))
+                                         fma=fma_dot(x.dtype, precision))
     cfg = dict(cfg)
     if kind == "tma" and not (_tma_addressable(rows) and _tma_addressable(weight)):
         kind = "gemm"  # the same tiles through plain loads
@@ -482,13 +482,13 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, input_prec
         tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
         tma_linear_kernel[(min(tiles, _sm_count(x.device)) if cfg["PERSISTENT"] else tiles,)](
             x_desc, w_desc, bias, residual_rows, out_rows, M, N, K, stride_rm, out_rows.stride(0),
-            APPLY_GELU=apply_gelu, INPUT_PRECISION=input_precision, **pdl, **cfg,
+            APPLY_GELU=apply_gelu, INPUT_PRECISION=precision, **pdl, **cfg,
         )
     else:
         fused_linear_kernel[(triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), split)](
             rows, weight, bias, residual_rows, out_rows, partial,
             M, N, K, rows.stride(0), weight.stride(0), stride_rm, out_rows.stride(0), k_per_split,
-            SPLIT_K=split, APPLY_GELU=apply_gelu, GATED=gated, INPUT_PRECISION=input_precision, **pdl, **cfg,
+            SPLIT_K=split, APPLY_GELU=apply_gelu, GATED=gated, INPUT_PRECISION=precision, **pdl, **cfg,
         )
     if split > 1:
         block_n = 128
@@ -505,42 +505,40 @@ def linear(
     weight: torch.Tensor,
     bias: torch.Tensor | None = None,
     *,
-    activation: str | None = None,
+    gelu: bool = False,
     residual: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     rms_norm: tuple[torch.Tensor, float] | None = None,
-    input_precision: str,
+    precision: str,
 ) -> torch.Tensor:
-    """out = act(x @ weight^T + bias) + residual, in x.dtype.
+    """out = [gelu](x @ weight^T + bias) + residual, in x.dtype.
 
     x: (..., K), rows contiguous (a strided 2-D row view such as hidden[:, -1] is fine).
-    weight: (N, K), nn.Linear layout. bias: (N,) or None. activation: None or "gelu" (exact erf).
+    weight: (N, K), nn.Linear layout. bias: (N,) or None. gelu: the exact (erf) GELU.
     residual: (..., N) or None. out: preallocated (..., N) or None.
     rms_norm: (norm_weight, eps) to multiply rmsnorm(x) instead of x (as rmsnorm() would compute it).
-    input_precision: for fp32 inputs "tf32" or "ieee" (glm_asr_common/model/precision.py); ignored for bf16.
+    precision: for fp32 inputs "tf32" or "ieee" (glm_asr_common/model/precision.py); ignored for bf16.
     One row (decode, batch 1) runs gemv_kernel on the CUDA cores, with the RMSNorm fused in; up to
     SKINNY_MAX_M rows a 16-row tensor-core tile with split K; more rows the tiled GEMM.
     """
-    if activation not in (None, "gelu"):
-        raise ValueError(f"activation must be None or 'gelu', not {activation!r}")
     norm_weight, eps = rms_norm if rms_norm is not None else (None, 0.0)
-    return _launch_linear(x, weight, bias, residual, out, activation == "gelu", False, input_precision,
+    return _launch_linear(x, weight, bias, residual, out, gelu, False, precision,
                           prologue="none" if rms_norm is None else "rmsnorm", norm_weight=norm_weight, eps=eps)
 
 
 def swiglu_linear(
-    x: torch.Tensor, gate_up_weight: torch.Tensor, out: torch.Tensor | None = None, *, input_precision: str
+    x: torch.Tensor, gate_up_weight: torch.Tensor, out: torch.Tensor | None = None, *, precision: str
 ) -> torch.Tensor:
     """Llama MLP input half: out = silu(x @ W_gate^T) * (x @ W_up^T), shape (..., N).
 
     gate_up_weight is (2N, K): rows [0, N) are gate_proj.weight and rows [N, 2N) up_proj.weight,
     i.e. torch.cat([gate_proj.weight, up_proj.weight]) built once when the model loads.
     """
-    return _launch_linear(x, gate_up_weight, None, None, out, False, True, input_precision)
+    return _launch_linear(x, gate_up_weight, None, None, out, False, True, precision)
 
 
 def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_weight: torch.Tensor,
-              down_weight: torch.Tensor, *, input_precision: str) -> torch.Tensor:
+              down_weight: torch.Tensor, *, precision: str) -> torch.Tensor:
     """The decoder layer's second half, in place: x += down(silu(gate(h)) * up(h)), h = rmsnorm(x).
 
     x: (..., H), contiguous. For one row, two GEMVs: [gate | up] of the normalised row (the RMSNorm
@@ -548,16 +546,16 @@ def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_we
     its epilogue. For more rows: rmsnorm, the gated GEMM with SwiGLU epilogue, down (+ residual).
     """
     if as_rows(x).shape[0] == 1:
-        gate_up = _launch_linear(x, gate_up_weight, None, None, None, False, False, input_precision,
+        gate_up = _launch_linear(x, gate_up_weight, None, None, None, False, False, precision,
                                  prologue="rmsnorm", norm_weight=norm_weight, eps=eps)
-        return _launch_linear(gate_up, down_weight, None, x, x, False, False, input_precision, prologue="swiglu")
-    activated = swiglu_linear(rmsnorm(x, norm_weight, eps), gate_up_weight, input_precision=input_precision)
-    return linear(activated, down_weight, residual=x, out=x, input_precision=input_precision)
+        return _launch_linear(gate_up, down_weight, None, x, x, False, False, precision, prologue="swiglu")
+    activated = swiglu_linear(rmsnorm(x, norm_weight, eps), gate_up_weight, precision=precision)
+    return linear(activated, down_weight, residual=x, out=x, precision=precision)
 
 
-def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, input_precision: str):
+def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, precision: str):
     """Full logits (..., V) = x_normed @ lm_head_weight^T, in x_normed.dtype (as HF's lm_head)."""
-    return linear(x_normed, lm_head_weight, input_precision=input_precision)
+    return linear(x_normed, lm_head_weight, precision=precision)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -585,21 +583,21 @@ def _self_check():
     eps, tf32 = 1e-5, "tf32"
     w1, b1 = rand(F_enc, E_gemm, scale=E_gemm**-0.5), rand(F_enc)
     x1 = rand(tokens, E_gemm)
-    check.check("fused_linear_kernel[gelu]", lambda: linear(x1, w1, b1, activation="gelu", input_precision=tf32),
+    check.check("fused_linear_kernel[gelu]", lambda: linear(x1, w1, b1, gelu=True, precision=tf32),
                 lambda: torch.nn.functional.gelu(f32(x1) @ f32(w1).T + f32(b1)),
                 f"{tokens}x{E_gemm}->{F_enc} bf16", 1e-2)
     w2, b2, r2 = rand(E_gemm, F_enc, scale=F_enc**-0.5), rand(E_gemm), rand(tokens, E_gemm)
     x2 = rand(tokens, F_enc)
-    check.check("fused_linear_kernel[resid]", lambda: linear(x2, w2, b2, residual=r2, input_precision=tf32),
+    check.check("fused_linear_kernel[resid]", lambda: linear(x2, w2, b2, residual=r2, precision=tf32),
                 lambda: f32(x2) @ f32(w2).T + f32(b2) + f32(r2), f"{tokens}x{F_enc}->{E_gemm} bf16", 1e-2)
     wd, rd = rand(H, F, scale=F**-0.5), rand(4, H)
     for m, name in ((1, "gemv_kernel[M=1]"), (4, "fused_linear_kernel[M=4]")):
         xd = rand(m, F)
-        check.check(name, lambda xd=xd, m=m: linear(xd, wd, residual=rd[:m], input_precision=tf32),
+        check.check(name, lambda xd=xd, m=m: linear(xd, wd, residual=rd[:m], precision=tf32),
                     lambda xd=xd, m=m: f32(xd) @ f32(wd).T + f32(rd[:m]), f"{m}x{F}->{H} bf16", 1e-2)
     wgu = rand(2 * F, H, scale=H**-0.5)
     xu = rand(rows, H)
-    check.check(f"swiglu_linear[M={rows}]", lambda: swiglu_linear(xu, wgu, input_precision=tf32),
+    check.check(f"swiglu_linear[M={rows}]", lambda: swiglu_linear(xu, wgu, precision=tf32),
                 lambda: torch.nn.functional.silu(f32(xu) @ f32(wgu[:F]).T) * (f32(xu) @ f32(wgu[F:]).T),
                 f"{rows}x{H}->{F} bf16", 1e-2)
 
@@ -611,10 +609,10 @@ def _self_check():
 
     x_row = rand(1, H, scale=3.0)
     w_qkv = rand(3 * H // 2, H, scale=H**-0.5)
-    check.check("gemv_kernel[rmsnorm prologue]", lambda: linear(x_row, w_qkv, rms_norm=(w, eps), input_precision=tf32),
+    check.check("gemv_kernel[rmsnorm prologue]", lambda: linear(x_row, w_qkv, rms_norm=(w, eps), precision=tf32),
                 lambda: rms(x_row) @ f32(w_qkv).T, f"1x{H}->{3 * H // 2} bf16", 1e-2, graph=on_gpu)
     x_mlp = torch.empty_like(x_row)
-    check.check("llama_mlp[M=1]", lambda: llama_mlp(x_mlp.copy_(x_row), w, eps, wgu, wd, input_precision=tf32),
+    check.check("llama_mlp[M=1]", lambda: llama_mlp(x_mlp.copy_(x_row), w, eps, wgu, wd, precision=tf32),
                 lambda: f32(x_row) + (torch.nn.functional.silu(rms(x_row) @ f32(wgu[:F]).T)
                                       * (rms(x_row) @ f32(wgu[F:]).T)) @ f32(wd).T,
                 f"1x{H}->{F}->{H} bf16", 1e-2, graph=on_gpu)

@@ -48,7 +48,7 @@ class FastGlmAsr(FastPathModel):
         return conv1d(x, weight, bias, stride=stride, gelu=True, precision=self.dot)
 
     def linear(self, x, weight, bias=None, *, gelu: bool = False):
-        return linear(x, weight, bias, activation="gelu" if gelu else None, input_precision=self.dot)
+        return linear(x, weight, bias, gelu=gelu, precision=self.dot)
 
     # ---- audio encoder ------------------------------------------------------------------------
     def _encoder_layer(self, layer, x, attn):
@@ -57,16 +57,16 @@ class FastGlmAsr(FastPathModel):
         e = self.cfg.encoder
         windows, frames, heads, head_dim = attn.shape
         h = layernorm(x, layer.ln1_weight, layer.ln1_bias, e.layer_norm_eps)
-        qkv = linear(h, layer.qkv_weight, layer.qkv_bias, input_precision=self.dot)
+        qkv = linear(h, layer.qkv_weight, layer.qkv_bias, precision=self.dot)
         qkv = qkv.view(windows, frames, 3 * heads, head_dim)
         apply_rope(qkv[:, :, : 2 * heads], self.enc_cos, self.enc_sin, self.enc_positions[:frames], e.rotary_dim)
         q, k, v = qkv[:, :, :heads], qkv[:, :, heads:2 * heads], qkv[:, :, 2 * heads:]
         flash_attention(q, k, v, head_dim ** -0.5, causal=False, precision=self.dot, out=attn)
         linear(attn.view(windows * frames, -1), layer.o_weight, layer.o_bias, residual=x, out=x,
-               input_precision=self.dot)
+               precision=self.dot)
         h = layernorm(x, layer.ln2_weight, layer.ln2_bias, e.layer_norm_eps)
-        h = linear(h, layer.fc1_weight, layer.fc1_bias, activation="gelu", input_precision=self.dot)
-        linear(h, layer.fc2_weight, layer.fc2_bias, residual=x, out=x, input_precision=self.dot)
+        h = linear(h, layer.fc1_weight, layer.fc1_bias, gelu=True, precision=self.dot)
+        linear(h, layer.fc2_weight, layer.fc2_bias, residual=x, out=x, precision=self.dot)
 
     # ---- text decoder -------------------------------------------------------------------------
     def decoder_layers(self, x, state, tokens: int, decode: bool):
@@ -85,14 +85,14 @@ class FastGlmAsr(FastPathModel):
                     attn = flash_attention(q, k_cache, v_cache, d.head_dim ** -0.5, causal=True, precision=self.dot,
                                            kv_start=state.kv_start, kv_layout="bhtd")
                 x = linear(attn.view(state.batch * tokens, -1), layer.o_weight, residual=x, out=x,
-                           input_precision=self.dot)
+                           precision=self.dot)
                 x = llama_mlp(x, layer.ln2_weight, d.rms_norm_eps, layer.gate_up_weight, layer.down_weight,
-                              input_precision=self.dot)
+                              precision=self.dot)
         return x
 
     def greedy_head(self, last_hidden, state):
         greedy_head(last_hidden, self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps, self.w.lm_head,
-                    self.eos_ids, state.ban_eos, state.token_ids, input_precision=self.dot)
+                    self.eos_ids, state.ban_eos, state.token_ids, precision=self.dot)
 
 
 def load_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str) -> FastGlmAsr:

@@ -219,7 +219,7 @@ def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weigh
     """
     B, T = q_out.shape[:2]
     if B * T != 1 or rotary_dim != head_dim or head_dim != triton.next_power_of_2(head_dim):
-        qkv = linear(x, qkv_weight, rms_norm=(norm_weight, eps), input_precision=precision).view(B, T, -1)
+        qkv = linear(x, qkv_weight, rms_norm=(norm_weight, eps), precision=precision).view(B, T, -1)
         rope_qkv_into_cache(qkv, num_q_heads, num_kv_heads, head_dim, cos, sin, rotary_dim, q_out, k_cache,
                             v_cache, cache_pos, kv_start)
         return

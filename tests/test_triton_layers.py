@@ -86,7 +86,7 @@ def test_linear(gen, dtype, M, N, K, with_bias, activation, with_residual):
     b = rand(gen, N, dtype=dtype) if with_bias else None
     r = rand(gen, M, N, dtype=dtype) if with_residual else None
     out = nan_like((M, N), dtype)
-    y = fast_linear.linear(x, w, b, activation=activation, residual=r, out=out, input_precision=TF32)
+    y = fast_linear.linear(x, w, b, gelu=activation == "gelu", residual=r, out=out, precision=TF32)
     assert y is out
     assert_close(out, linear_reference(x, w, b, activation, r), GEMM_TOL[dtype])
 
@@ -95,7 +95,7 @@ def test_linear(gen, dtype, M, N, K, with_bias, activation, with_residual):
 def test_linear_strided_rows_no_out(gen, M):
     hidden, w = rand(gen, M, 3, 96), rand(gen, 40, 96, scale=0.1)
     x = hidden[:, 1]  # row stride 3 * 96, unit column stride
-    assert_close(fast_linear.linear(x, w, input_precision=TF32), linear_reference(x, w, None, None, None), GEMM_TOL[FP32])
+    assert_close(fast_linear.linear(x, w, precision=TF32), linear_reference(x, w, None, None, None), GEMM_TOL[FP32])
 
 
 @pytest.mark.parametrize("dtype", [FP32, BF16])
@@ -105,14 +105,14 @@ def test_linear_residual_in_place(gen, dtype, M):
     h, w, b = rand(gen, M, 80, dtype=dtype), rand(gen, 96, 80, dtype=dtype, scale=0.1), rand(gen, 96, dtype=dtype)
     x = rand(gen, M, 96, dtype=dtype)
     ref = linear_reference(h, w, b, None, x)
-    assert fast_linear.linear(h, w, b, residual=x, out=x, input_precision=TF32) is x
+    assert fast_linear.linear(h, w, b, residual=x, out=x, precision=TF32) is x
     assert_close(x, ref, GEMM_TOL[dtype])
 
 
 @pytest.mark.parametrize("M", [1, 5, 40])
 def test_linear_ieee_is_fp32_exact(gen, M):
     x, w = rand(gen, M, 300), rand(gen, 70, 300)
-    assert_close(fast_linear.linear(x, w, input_precision="ieee"), x.double() @ w.double().T, 1e-5)
+    assert_close(fast_linear.linear(x, w, precision="ieee"), x.double() @ w.double().T, 1e-5)
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def test_linear_split_k(gen, force_split_k, dtype, M):
     x, w = rand(gen, M, K, dtype=dtype), rand(gen, 33, K, dtype=dtype, scale=K**-0.5)
     b, r = rand(gen, 33, dtype=dtype), rand(gen, M, 33, dtype=dtype)
     out = nan_like((M, 33), dtype)
-    fast_linear.linear(x, w, b, activation="gelu", residual=r, out=out, input_precision=TF32)
+    fast_linear.linear(x, w, b, gelu=True, residual=r, out=out, precision=TF32)
     assert_close(out, linear_reference(x, w, b, "gelu", r), GEMM_TOL[dtype])
 
 
@@ -144,7 +144,7 @@ def test_linear_split_k(gen, force_split_k, dtype, M):
 def test_swiglu_linear(gen, dtype, M, N, K):
     x, gate_up = rand(gen, M, K, dtype=dtype), rand(gen, 2 * N, K, dtype=dtype, scale=K**-0.5)
     out = nan_like((M, N), dtype)
-    assert fast_linear.swiglu_linear(x, gate_up, out=out, input_precision=TF32) is out
+    assert fast_linear.swiglu_linear(x, gate_up, out=out, precision=TF32) is out
     gate, up = x.double() @ gate_up[:N].double().T, x.double() @ gate_up[N:].double().T
     assert_close(out, torch.nn.functional.silu(gate) * up, GEMM_TOL[dtype])
 
@@ -156,7 +156,7 @@ def test_swiglu_matches_hf_bf16(gen, M):
     x, gate_up = rand(gen, M, K, dtype=BF16), rand(gen, 2 * N, K, dtype=BF16, scale=K**-0.5)
     gate = (x.float() @ gate_up[:N].float().T).to(BF16)
     up = (x.float() @ gate_up[N:].float().T).to(BF16)
-    bf16_matches(fast_linear.swiglu_linear(x, gate_up, input_precision=TF32), torch.nn.functional.silu(gate) * up)
+    bf16_matches(fast_linear.swiglu_linear(x, gate_up, precision=TF32), torch.nn.functional.silu(gate) * up)
 
 
 @pytest.mark.parametrize("M", [1, 17])
@@ -164,7 +164,7 @@ def test_swiglu_split_k(gen, force_split_k, M):
     N, K = 40, 2100
     x, gate_up = rand(gen, M, K), rand(gen, 2 * N, K, scale=K**-0.5)
     gate, up = x.double() @ gate_up[:N].double().T, x.double() @ gate_up[N:].double().T
-    assert_close(fast_linear.swiglu_linear(x, gate_up, input_precision=TF32), torch.nn.functional.silu(gate) * up, GEMM_TOL[FP32])
+    assert_close(fast_linear.swiglu_linear(x, gate_up, precision=TF32), torch.nn.functional.silu(gate) * up, GEMM_TOL[FP32])
 
 
 def hf_rmsnorm(x, weight, eps):
@@ -190,7 +190,7 @@ def test_linear_rms_norm_prologue(gen, dtype, M, N, K):
     x, w = rand(gen, M, K, dtype=dtype, scale=3.0), rand(gen, N, K, dtype=dtype, scale=K**-0.5)
     norm_weight = rand(gen, K, dtype=dtype)
     out = nan_like((M, N), dtype)
-    assert fast_linear.linear(x, w, rms_norm=(norm_weight, 1e-5), out=out, input_precision=TF32) is out
+    assert fast_linear.linear(x, w, rms_norm=(norm_weight, 1e-5), out=out, precision=TF32) is out
     assert_close(out, linear_reference(hf_rmsnorm(x, norm_weight, 1e-5), w, None, None, None), GEMM_TOL[dtype])
 
 
@@ -199,7 +199,7 @@ def test_gemv_rms_norm_prologue_matches_rmsnorm_kernel_bf16(gen):
     K = 2048
     x, norm_weight = rand(gen, 1, K, dtype=BF16, scale=3.0), rand(gen, K, dtype=BF16)
     eye = torch.eye(K, dtype=BF16, device=DEVICE)[:300]  # picks the normalised values themselves
-    fused = fast_linear.linear(x, eye, rms_norm=(norm_weight, 1e-6), input_precision=TF32)
+    fused = fast_linear.linear(x, eye, rms_norm=(norm_weight, 1e-6), precision=TF32)
     assert torch.equal(fused, layers.rmsnorm(x, norm_weight, 1e-6)[:, :300])
 
 
@@ -210,7 +210,7 @@ def test_llama_mlp(gen, dtype, M, H, N):
     x, norm_weight = rand(gen, M, H, dtype=dtype, scale=2.0), rand(gen, H, dtype=dtype)
     gate_up, down = rand(gen, 2 * N, H, dtype=dtype, scale=H**-0.5), rand(gen, H, N, dtype=dtype, scale=N**-0.5)
     ref = hf_llama_mlp(x, norm_weight, 1e-5, gate_up, down)
-    assert fast_linear.llama_mlp(x, norm_weight, 1e-5, gate_up, down, input_precision=TF32) is x
+    assert fast_linear.llama_mlp(x, norm_weight, 1e-5, gate_up, down, precision=TF32) is x
     if dtype == BF16:
         bf16_matches(x, ref)
     else:
@@ -223,7 +223,7 @@ def test_llama_mlp_split_k(gen, force_split_k, M):
     x, norm_weight = rand(gen, M, H), rand(gen, H)
     gate_up, down = rand(gen, 2 * N, H, scale=H**-0.5), rand(gen, H, N, scale=N**-0.5)
     ref = hf_llama_mlp(x, norm_weight, 1e-5, gate_up, down)
-    assert_close(fast_linear.llama_mlp(x, norm_weight, 1e-5, gate_up, down, input_precision=TF32), ref, GEMM_TOL[FP32])
+    assert_close(fast_linear.llama_mlp(x, norm_weight, 1e-5, gate_up, down, precision=TF32), ref, GEMM_TOL[FP32])
 
 
 @pytest.mark.parametrize("M, config", [
@@ -329,7 +329,7 @@ def test_swiglu_prologue_needs_one_row(gen):
 
 def test_lm_head_logits(gen):
     x, w = rand(gen, 3, 64, dtype=BF16), rand(gen, 300, 64, dtype=BF16)
-    assert_close(fast_linear.lm_head_logits(x, w, input_precision=TF32), x.double() @ w.double().T, GEMM_TOL[BF16])
+    assert_close(fast_linear.lm_head_logits(x, w, precision=TF32), x.double() @ w.double().T, GEMM_TOL[BF16])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,7 +395,7 @@ def test_greedy_head(gen, dtype, B, V, H):
     x, norm_w = rand(gen, B, H, dtype=dtype), rand(gen, H, dtype=dtype)
     w_lm = rand(gen, V, H, dtype=dtype, scale=H**-0.5)
     out = torch.full((B,), -7, dtype=torch.int64, device=DEVICE)
-    assert fast_head.greedy_head(x, norm_w, 1e-5, w_lm, ids_tensor([V - 1]), flag(0), out, input_precision=TF32) is out
+    assert fast_head.greedy_head(x, norm_w, 1e-5, w_lm, ids_tensor([V - 1]), flag(0), out, precision=TF32) is out
     assert_argmax_ok(out, rms_normed(x, norm_w, 1e-5) @ w_lm.double().T)
 
 
@@ -409,7 +409,7 @@ def test_greedy_head_ties_pick_lowest_index(gen, dtype):
     for v in (250, 130, 7, 5):
         w_lm[v] = top
     out = torch.empty(B, dtype=torch.int64, device=DEVICE)
-    fast_head.greedy_head(x[:1].expand(B, H), norm_w, 1e-5, w_lm, ids_tensor([]), flag(1), out, input_precision=TF32)
+    fast_head.greedy_head(x[:1].expand(B, H), norm_w, 1e-5, w_lm, ids_tensor([]), flag(1), out, precision=TF32)
     assert out.tolist() == [5, 5]
 
 
@@ -422,9 +422,9 @@ def test_greedy_head_suppress(gen, dtype):
     first = logits.argmax(-1)
     banned = ids_tensor(sorted(set(first.tolist())) + [V - 1])
     out = torch.empty(B, dtype=torch.int64, device=DEVICE)
-    fast_head.greedy_head(x, norm_w, 1e-5, w_lm, banned, flag(0), out, input_precision=TF32)
+    fast_head.greedy_head(x, norm_w, 1e-5, w_lm, banned, flag(0), out, precision=TF32)
     assert_argmax_ok(out, logits)
-    fast_head.greedy_head(x, norm_w, 1e-5, w_lm, banned, flag(1), out, input_precision=TF32)
+    fast_head.greedy_head(x, norm_w, 1e-5, w_lm, banned, flag(1), out, precision=TF32)
     assert not torch.isin(out, banned).any()
     assert_argmax_ok(out, logits.index_fill(1, banned, float("-inf")))
 

@@ -84,14 +84,6 @@ def _writes_into_out(launcher) -> bool:
     return out is not None and out.default is inspect.Parameter.empty
 
 
-def _fast_linear(launcher, x, w, b, act, dot):
-    """A call of a fast path's ``linear``: the Triton track's (activation=, input_precision=) or the cuTile
-    track's (gelu=, precision=)."""
-    if "input_precision" in inspect.signature(launcher).parameters:
-        return lambda: launcher(x, w, b, activation=act, input_precision=dot)
-    return lambda: launcher(x, w, b, gelu=act == "gelu", precision=dot)
-
-
 def max_rel_error(out, ref) -> float:
     """max |out - ref| / max |ref| (the folder's kernel against torch at the same shape)."""
     ref = ref.float()
@@ -217,12 +209,13 @@ def linear_cases(cfg, seq_len: int, args, device, dtype):
             def torch_fn(x=x, w=w, N=N):
                 y = F.linear(x, w)
                 return F.silu(y[:, :N]) * y[:, N:]
-            builders = {"swiglu_linear": lambda f, x=x, w=w: (lambda: f(x, w, input_precision=dot))}
+            builders = {"swiglu_linear": lambda f, x=x, w=w: (lambda: f(x, w, precision=dot))}
         else:
             def torch_fn(x=x, w=w, b=b, act=act):
                 y = F.linear(x, w, b)
                 return F.gelu(y) if act == "gelu" else y
-            builders = {"linear": lambda f, x=x, w=w, b=b, act=act: _fast_linear(f, x, w, b, act, dot)}
+            builders = {"linear": lambda f, x=x, w=w, b=b, act=act: (lambda: f(x, w, b, gelu=act == "gelu",
+                                                                                  precision=dot))}
             if act is None:  # the course kernel has no fused epilogue: it times the plain products
                 builders["linear_tf32"] = lambda f, x=x, w=w, b=b: (lambda: f(x, w, b, precision=dot))
         shape = f"M={M} N={2 * N if act == 'swiglu' else N} K={K}" + (" +bias" if bias else "")
