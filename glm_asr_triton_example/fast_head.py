@@ -17,8 +17,8 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/fas
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from ._triton_compat import INTERPRET, fma_dot, pdl_options, release_consumer, round_to, wait_for_producer  # noqa: E402
-from .fast_linear import _mma  # noqa: E402
+from ._triton_compat import (INTERPRET, dot, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
+                             wait_for_producer)
 from .glue import _banned_args, _block_argmax, _reduce_block_argmax  # noqa: E402
 from .layers import rmsnorm  # noqa: E402
 
@@ -47,7 +47,7 @@ def lm_head_argmax_kernel(
                          mask=m_mask[:, None] & k_mask[None, :], other=0.0)
         w_tile = tl.load(w_ptr + cols[:, None] * stride_wv + k_step + offs_k[None, :],
                          mask=v_mask[:, None] & k_mask[None, :], other=0.0)
-        acc = _mma(x_tile, tl.trans(w_tile), acc, INPUT_PRECISION)
+        acc = dot(x_tile, tl.trans(w_tile), acc, INPUT_PRECISION)
     # HF's lm_head materialises logits in the activation dtype; rounding the same way makes equal
     # logits equal here too, so ties break as they do there.
     logits = round_to(acc, x_ptr.dtype.element_ty).to(tl.float32)

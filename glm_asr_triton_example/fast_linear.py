@@ -32,21 +32,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
-from ._triton_compat import (INTERPRET, as_rows, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
+from ._triton_compat import (INTERPRET, as_rows, dot, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
                              wait_for_producer)
 from .layers import rmsnorm  # noqa: E402
-
-# A module-level constexpr is resolved when a kernel is compiled: the workaround costs nothing on GPU.
-_INTERPRETER = tl.constexpr(INTERPRET)
-
-
-@triton.jit
-def _mma(a, b, acc, INPUT_PRECISION: tl.constexpr):
-    """acc + a @ b on the tensor cores (fp32 accumulate)."""
-    if _INTERPRETER:  # the interpreter's tl.dot mis-reads bf16 (module docstring); widening is exact
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
-    return tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
 
 
 @triton.jit
@@ -144,10 +132,10 @@ def fused_linear_kernel(
         k_mask = offs_k < K - k_step
         x_tile = tl.load(x_ptrs + k_step, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
         w_tile = tl.load(w_ptrs + k_step, mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        acc = _mma(x_tile, tl.trans(w_tile), acc, INPUT_PRECISION)
+        acc = dot(x_tile, tl.trans(w_tile), acc, INPUT_PRECISION)
         if GATED:
             up_tile = tl.load(up_ptrs + k_step, mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-            acc_up = _mma(x_tile, tl.trans(up_tile), acc_up, INPUT_PRECISION)
+            acc_up = dot(x_tile, tl.trans(up_tile), acc_up, INPUT_PRECISION)
 
     if SPLIT_K == 1:
         if GATED:
@@ -187,7 +175,7 @@ def tma_linear_kernel(
         for k in range(0, K, BLOCK_K):
             x_tile = x_desc.load([pid_m * BLOCK_M, k])
             w_tile = w_desc.load([pid_n * BLOCK_N, k])
-            acc = _mma(x_tile, w_tile.T, acc, INPUT_PRECISION)
+            acc = dot(x_tile, w_tile.T, acc, INPUT_PRECISION)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         _store_linear(acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, stride_rm, out_ptr, stride_om,

@@ -8,7 +8,10 @@ kernels use these helpers where they matter:
    it wherever a kernel's bf16 rounding must match torch; on a GPU it compiles to the plain cast.
 2. ``dot``: the interpreter's ``tl.dot`` multiplies bf16 operands as their raw 16-bit integer
    patterns (triton-lang/triton#11584). ``dot`` widens them to fp32 first (exact: a bf16 x bf16
-   product fits fp32), under the interpreter only; on a GPU it is ``tl.dot`` at the precision asked.
+   product fits fp32), under the interpreter only; on a GPU it is ``tl.dot`` at the precision asked,
+   with one fix of its own: a "tf32" ``tl.dot`` hands fp32 operands to the tensor cores as they are,
+   which read them truncated to TF32 (triton-lang/triton#4574), an error biased towards zero that
+   cuBLAS and cuTile (both round to nearest) do not make; ``dot`` rounds them to nearest first.
 
 The interpreter's other gaps need no change to kernel code: glm_asr_common.runtimes.triton_interpreter
 closes them when this module is imported under the interpreter.
@@ -40,10 +43,22 @@ def dot(a, b, acc, INPUT_PRECISION: tl.constexpr):
     """acc + a @ b accumulated in fp32 (acc None: from zero). fp32 operands meet the tensor cores as
     INPUT_PRECISION says ("tf32", or "ieee": no TF32, see glm_asr_common/model/precision.py); bf16 ones as
     they are. The interpreter multiplies in fp32 whatever is asked."""
-    if _INTERPRET and a.dtype == tl.bfloat16:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
+    if _INTERPRET:
+        if a.dtype == tl.bfloat16:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+    elif INPUT_PRECISION == "tf32" and a.dtype == tl.float32:
+        a = tf32_rounded(a)
+        b = tf32_rounded(b)
     return tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+
+
+@triton.jit
+def tf32_rounded(x):
+    """fp32 ``x`` rounded to TF32 (10 mantissa bits) to nearest, ties away from zero, kept as fp32: what
+    cvt.rna.tf32.f32 does and the tensor cores then read exactly. GPU only (inline PTX)."""
+    return tl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                     pack=1)
 
 
 @triton.jit

@@ -8,9 +8,10 @@ provided glue (glue.py, conv.py): the course model calls nothing else. Launchers
 tensors; torch only allocates and makes views. Every kernel computes in fp32 and rounds to the
 activation dtype where transformers materialises a tensor of that dtype, so bf16 greedy decoding
 picks transformers' tokens. ``round_to`` (_triton_compat) is that cast: plain on the GPU,
-round-to-nearest-even under the interpreter too. Under the interpreter (TRITON_INTERPRET=1, Triton
-3.6) ``tl.dot`` multiplies bf16 operands as their raw 16-bit patterns, so the GEMM widens its tiles
-to fp32 first (exact) when interpreting.
+round-to-nearest-even under the interpreter too. ``dot`` (_triton_compat) is the GEMM's ``tl.dot``
+with two fixes: under the interpreter (TRITON_INTERPRET=1, Triton 3.6) ``tl.dot`` multiplies bf16
+operands as their raw 16-bit patterns, so ``dot`` widens them to fp32 first (exact); on a GPU a "tf32"
+``tl.dot`` truncates fp32 operands to TF32, so ``dot`` rounds them to nearest first, as cuBLAS does.
 
 Self-check: python glm_asr_triton_template/layers.py  (without a GPU it runs in the Triton interpreter)
 """
@@ -28,10 +29,7 @@ import triton.language as tl  # noqa: E402
 from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
 from glm_asr_common.model import launch_contracts  # noqa: E402
 
-from ._triton_compat import INTERPRET, as_rows, round_to, rows_per_program, warps_for_row  # noqa: E402
-
-# A module-level constexpr is resolved when a kernel is compiled: the workaround costs nothing on GPU.
-_INTERPRETER = tl.constexpr(INTERPRET)
+from ._triton_compat import INTERPRET, as_rows, dot, round_to, rows_per_program, warps_for_row  # noqa: E402
 
 # Elementwise kernels: 2048 elements over 4 warps is 16 per thread, two or four 16-byte vectors (the
 # interpreter pays per program, so it takes far more at once).
@@ -161,10 +159,9 @@ def linear_kernel_tf32(
     Masking: rows >= M, columns >= N and the ragged end of K load 0.0 (zeros add nothing to a dot);
     the store masks rows >= M and columns >= N.
     INPUT_PRECISION: how fp32 tiles meet the tensor cores, "tf32" (the default precision) or "ieee"
-    (--precision fp32); pass it on as tl.dot(..., input_precision=INPUT_PRECISION). bf16 ignores it.
-    Hint: load w as a (BLOCK_N, BLOCK_K) tile along its contiguous K axis and tl.trans it for
-    tl.dot. Under TRITON_INTERPRET=1, widen bf16 tiles to fp32 before tl.dot (the interpreter's dot
-    mis-reads bf16; see _INTERPRETER in this file).
+    (--precision fp32); pass it on to dot(a, b, acc, INPUT_PRECISION), imported above: tl.dot(a, b, acc,
+    input_precision=INPUT_PRECISION) with the fixes of the module docstring. bf16 ignores it.
+    Hint: load w as a (BLOCK_N, BLOCK_K) tile along its contiguous K axis and tl.trans it for the dot.
     """
     # TODO: write the body, then replace the @student_kernel(...) line with @triton.jit.
 

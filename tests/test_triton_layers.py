@@ -21,6 +21,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from glm_asr_common.model.precision import round_to_tf32  # noqa: E402
 from glm_asr_triton_example import fast_head, fast_linear, glue, layers  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -113,6 +114,20 @@ def test_linear_residual_in_place(gen, dtype, M):
 def test_linear_ieee_is_fp32_exact(gen, M):
     x, w = rand(gen, M, 300), rand(gen, 70, 300)
     assert_close(fast_linear.linear(x, w, precision="ieee"), x.double() @ w.double().T, 1e-5)
+
+
+@pytest.mark.parametrize("launcher", ["layers.linear_tf32", "fast_linear.linear"])
+@pytest.mark.parametrize("M", [5, 40])
+def test_tf32_operands_round_to_nearest(gen, launcher, M):
+    """A "tf32" product of operands whose dropped bits round up (1 + 3·2⁻¹² → 1 + 2⁻¹⁰) equals the exact
+    product of the operands rounded to nearest, as cuBLAS and cuTile compute it. A plain tl.dot on a GPU
+    reads them truncated (1 + 3·2⁻¹² → 1), 2⁻⁹ low a product: that fails here by far."""
+    off_grid = 1 + 3 * 2.0 ** -12
+    powers = lambda *shape: 2.0 ** torch.randint(-2, 3, shape, generator=gen)
+    x, w = ((off_grid * powers(*shape)).to(DEVICE) for shape in ((M, 64), (48, 64)))
+    fn = layers.linear_tf32 if launcher == "layers.linear_tf32" else fast_linear.linear
+    nearest = [round_to_tf32(t.cpu(), "nearest_away").double() for t in (x, w)]
+    assert_close(fn(x, w, precision=TF32), (nearest[0] @ nearest[1].T).to(DEVICE), 1e-6)
 
 
 @pytest.fixture
