@@ -223,3 +223,15 @@ def test_a_slurm_plan_is_for_the_nodes_gpus(tmp_path):
     assert plan.tasks[0].problem == "alice: not one copy of a template folder (no model.py)"
     class_grading.Store(Path(plan.out))
     assert os.stat(Path(plan.out) / ".grader_key").st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("mine, base, faster", [
+    ((1.94, 0.05, 8), (2.00, 0.10, 10), False),   # 3 % ahead, inside twice the noise (the H200 class's own 1.03x)
+    ((1.80, 0.02, 10), (2.00, 0.02, 10), True),   # 10 % ahead, far outside it
+    ((2.05, 0.01, 10), (2.00, 0.01, 10), False),  # slower
+    ((1.00, 0.00, 1), (2.00, 0.00, 1), False),    # one run each: no spread to judge by
+])
+def test_faster_means_beyond_the_noise(mine, base, faster):
+    from glm_asr_common.tools.class_report import clearly_faster
+
+    assert clearly_faster(mine, base) is faster

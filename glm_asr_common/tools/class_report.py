@@ -180,16 +180,28 @@ def student_row(plan, task, records: dict) -> dict:
     row["status"] = "TAMPERED" if record["status"] == "TAMPERED" else status
     row["note"] = "; ".join(notes)
     measured = timed(e2e)
+    faster = False
     if measured:
         row["time_ms"], row["time_std_ms"], row["timed_runs"] = measured
         base = timed(baseline["e2e"]) if baseline else None
         if base:
             row["speedup_vs_course"] = base[0] / measured[0]
+            faster = clearly_faster(measured, base)
         floor = floor_of(records, task.track, len(e2e["token_ids"]))
         if floor:
             row["floor_share"] = floor["floor_ms"] / measured[0]
-    row["correct_and_faster"] = row["status"] == "PASS" and (row["speedup_vs_course"] or 0) > 1
+    row["correct_and_faster"] = row["status"] == "PASS" and faster
     return row
+
+
+def clearly_faster(mine: tuple[float, float, int], base: tuple[float, float, int]) -> bool:
+    """Whether a mean time (``timed``'s (mean, standard deviation, runs)) is below the baseline's by more
+    than twice the standard error of their difference: a kernel equal to the solution's reads 1.01x or
+    0.99x by noise alone, and is not counted faster. One run each gives no spread: never counted."""
+    if min(mine[2], base[2]) < 2:
+        return False
+    standard_error = math.sqrt(mine[1] ** 2 / mine[2] + base[1] ** 2 / base[2])
+    return base[0] - mine[0] > 2 * standard_error
 
 
 def floor_of(records: dict, track: str, tokens: int) -> dict | None:
@@ -439,7 +451,8 @@ def markdown(plan, rows: list[dict], records: dict, rates: list[dict], tracks: l
               "measured matmul peak and its bytes at the measured copy bandwidth).", "",
               "Columns: kernels = course kernels passing every case / run; ids = course: the check run's ids equal the "
               "course baseline's; ids = transformers: equal transformers' IEEE fp32 ids; time: mean ± standard "
-              "deviation (timed runs); vs course: the course baseline's time over the student's (above 1: faster); "
+              "deviation (timed runs); vs course: the course baseline's time over the student's (above 1: faster; "
+              "counted faster above only beyond twice the standard error of the two means' difference); "
               "floor share: the roofline floor over the student's time. grades.csv has every column, one per kernel "
               "(PASS, FAIL with the worst error and its limit, TODO, - not run), and the log and key of each row."]
     return "\n".join(lines) + "\n"
