@@ -189,6 +189,7 @@ for part in "${PARTS[@]}"; do
                     --cases gelu_kernel,silu_kernel --time-limit 200
                 cp "$class/grading/grades.md" "$OUT_DIR/grades_$track.md" 2>/dev/null
                 cp "$class/grading/grades.csv" "$OUT_DIR/grades_$track.csv" 2>/dev/null
+                cp "$class/grading/times.png" "$OUT_DIR/times_$track.png" 2>/dev/null
             done
             ;;
         fastpath)
