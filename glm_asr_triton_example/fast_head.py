@@ -17,9 +17,8 @@ if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/fas
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from ._triton_compat import (INTERPRET, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
+from ._triton_compat import (INTERPRET, dot, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
                              wait_for_producer)
-from .fast_linear import weight_dot  # noqa: E402
 from .glue import _banned_args, _block_argmax, _reduce_block_argmax  # noqa: E402
 from .layers import rmsnorm  # noqa: E402
 
@@ -28,7 +27,7 @@ from .layers import rmsnorm  # noqa: E402
 def lm_head_argmax_kernel(
     x_ptr, w_ptr, banned_ptr, suppress_ptr, max_ptr, idx_ptr,
     B, V, H, stride_xm, stride_wv, num_banned, n_blocks,
-    INPUT_PRECISION: tl.constexpr, W_TF32: tl.constexpr, PDL: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, PDL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_BANNED: tl.constexpr,
 ):
     """Logits of BLOCK_V vocabulary rows for BLOCK_M hidden states, reduced at once to per-row
@@ -48,7 +47,7 @@ def lm_head_argmax_kernel(
                          mask=m_mask[:, None] & k_mask[None, :], other=0.0)
         w_tile = tl.load(w_ptr + cols[:, None] * stride_wv + k_step + offs_k[None, :],
                          mask=v_mask[:, None] & k_mask[None, :], other=0.0)
-        acc = weight_dot(x_tile, tl.trans(w_tile), acc, INPUT_PRECISION, W_TF32)
+        acc = dot(x_tile, tl.trans(w_tile), acc, INPUT_PRECISION)
     # HF's lm_head materialises logits in the activation dtype; rounding the same way makes equal
     # logits equal here too, so ties break as they do there.
     logits = round_to(acc, x_ptr.dtype.element_ty).to(tl.float32)
@@ -77,14 +76,12 @@ def greedy_head(
     out_ids: torch.Tensor,
     *,
     precision: str,
-    tf32_weight: bool = False,
 ) -> torch.Tensor:
     """out_ids[b] = argmax_v (rmsnorm(x[b]) @ lm_head_weight[v]), lowest index on ties.
 
     x: (B, H) last hidden states (a strided row view is fine). lm_head_weight: (V, H).
     banned_ids: int64 (nb,), skipped while suppress[0] != 0 (suppress: int32 (1,) on the device, so
     min_new_tokens can flip it inside a captured CUDA graph). out_ids: int64 (B,), returned.
-    tf32_weight: lm_head_weight holds TF32 values already (fast_linear.weight_dot).
     Three launches: rmsnorm, the fused logits + block argmax, the per-row reduction.
     """
     x_normed = rmsnorm(x, norm_weight, eps)
@@ -98,7 +95,7 @@ def greedy_head(
     lm_head_argmax_kernel[(n_blocks, triton.cdiv(B, cfg["BLOCK_M"]))](
         x_normed, lm_head_weight, banned, suppress, partial_max, partial_idx,
         B, V, H, x_normed.stride(0), lm_head_weight.stride(0), num_banned, n_blocks,
-        INPUT_PRECISION=precision, W_TF32=tf32_weight, BLOCK_BANNED=block_banned, **pdl_options(x.device), **cfg,
+        INPUT_PRECISION=precision, BLOCK_BANNED=block_banned, **pdl_options(x.device), **cfg,
     )
     return _reduce_block_argmax(partial_max, partial_idx, out_ids)
 

@@ -33,23 +33,8 @@ import triton.language as tl  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 from ._triton_compat import (INTERPRET, as_rows, dot, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
-                             tf32_rounded, wait_for_producer)
+                             wait_for_producer)
 from .layers import rmsnorm  # noqa: E402
-
-
-# A module-level constexpr is resolved when a kernel is compiled: the branch costs nothing on a GPU.
-_INTERPRETER = tl.constexpr(INTERPRET)
-
-
-@triton.jit
-def weight_dot(x, w_t, acc, INPUT_PRECISION: tl.constexpr, W_TF32: tl.constexpr):
-    """dot(x, w_t, acc, INPUT_PRECISION) where the weight operand may hold TF32 values already (W_TF32: the
-    model rounded its weights to nearest once, at load). Then only x is rounded, in registers, and the
-    weight tile goes from shared memory to the tensor cores as it is: rounding it in the kernel would copy
-    every tile through registers and back (in the encoder's GEMMs, twice the time)."""
-    if W_TF32 and INPUT_PRECISION == "tf32" and x.dtype == tl.float32 and not _INTERPRETER:
-        return tl.dot(tf32_rounded(x), w_t, acc, input_precision=INPUT_PRECISION)
-    return dot(x, w_t, acc, INPUT_PRECISION)
 
 
 @triton.jit
@@ -117,7 +102,7 @@ def fused_linear_kernel(
     x_ptr, w_ptr, bias_ptr, residual_ptr, out_ptr, partial_ptr,
     M, N, K, stride_xm, stride_wn, stride_rm, stride_om, k_per_split,
     SPLIT_K: tl.constexpr,
-    APPLY_GELU: tl.constexpr, GATED: tl.constexpr, INPUT_PRECISION: tl.constexpr, W_TF32: tl.constexpr,
+    APPLY_GELU: tl.constexpr, GATED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -147,10 +132,10 @@ def fused_linear_kernel(
         k_mask = offs_k < K - k_step
         x_tile = tl.load(x_ptrs + k_step, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
         w_tile = tl.load(w_ptrs + k_step, mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        acc = weight_dot(x_tile, tl.trans(w_tile), acc, INPUT_PRECISION, W_TF32)
+        acc = dot(x_tile, tl.trans(w_tile), acc, INPUT_PRECISION)
         if GATED:
             up_tile = tl.load(up_ptrs + k_step, mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-            acc_up = weight_dot(x_tile, tl.trans(up_tile), acc_up, INPUT_PRECISION, W_TF32)
+            acc_up = dot(x_tile, tl.trans(up_tile), acc_up, INPUT_PRECISION)
 
     if SPLIT_K == 1:
         if GATED:
@@ -168,7 +153,7 @@ def fused_linear_kernel(
 def tma_linear_kernel(
     x_desc, w_desc, bias_ptr, residual_ptr, out_ptr,
     M, N, K, stride_rm, stride_om,
-    APPLY_GELU: tl.constexpr, INPUT_PRECISION: tl.constexpr, W_TF32: tl.constexpr,
+    APPLY_GELU: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     PERSISTENT: tl.constexpr, PDL: tl.constexpr,
 ):
@@ -190,7 +175,7 @@ def tma_linear_kernel(
         for k in range(0, K, BLOCK_K):
             x_tile = x_desc.load([pid_m * BLOCK_M, k])
             w_tile = w_desc.load([pid_n * BLOCK_N, k])
-            acc = weight_dot(x_tile, w_tile.T, acc, INPUT_PRECISION, W_TF32)
+            acc = dot(x_tile, w_tile.T, acc, INPUT_PRECISION)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         _store_linear(acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, stride_rm, out_ptr, stride_om,
@@ -437,10 +422,9 @@ def _interpreter_linear_config(M: int, N: int, K: int, gated: bool) -> tuple[str
 
 
 def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, precision, *,
-                   prologue="none", norm_weight=None, eps=0.0, config=None, tf32_weight=False):
+                   prologue="none", norm_weight=None, eps=0.0, config=None):
     """The shared launcher. prologue "rmsnorm" / "swiglu" (see _gemv_input) is fused into the GEMV;
     the tiled kernels get "rmsnorm" as a separate rmsnorm launch and do not take "swiglu".
-    tf32_weight: the weight holds TF32 values already (weight_dot).
     config: (kind, launch options) in place of _linear_config's choice (utils/sweep_linear.py)."""
     rows = as_rows(x)
     M, K = rows.shape
@@ -486,14 +470,13 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, precision,
         tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
         tma_linear_kernel[(min(tiles, _sm_count(x.device)) if cfg["PERSISTENT"] else tiles,)](
             x_desc, w_desc, bias, residual_rows, out_rows, M, N, K, stride_rm, out_rows.stride(0),
-            APPLY_GELU=apply_gelu, INPUT_PRECISION=precision, W_TF32=tf32_weight, **pdl, **cfg,
+            APPLY_GELU=apply_gelu, INPUT_PRECISION=precision, **pdl, **cfg,
         )
     else:
         fused_linear_kernel[(triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), split)](
             rows, weight, bias, residual_rows, out_rows, partial,
             M, N, K, rows.stride(0), weight.stride(0), stride_rm, out_rows.stride(0), k_per_split,
-            SPLIT_K=split, APPLY_GELU=apply_gelu, GATED=gated, INPUT_PRECISION=precision, W_TF32=tf32_weight,
-            **pdl, **cfg,
+            SPLIT_K=split, APPLY_GELU=apply_gelu, GATED=gated, INPUT_PRECISION=precision, **pdl, **cfg,
         )
     if split > 1:
         block_n = 128
@@ -515,7 +498,6 @@ def linear(
     out: torch.Tensor | None = None,
     rms_norm: tuple[torch.Tensor, float] | None = None,
     precision: str,
-    tf32_weight: bool = False,
 ) -> torch.Tensor:
     """out = [gelu](x @ weight^T + bias) + residual, in x.dtype.
 
@@ -524,30 +506,27 @@ def linear(
     residual: (..., N) or None. out: preallocated (..., N) or None.
     rms_norm: (norm_weight, eps) to multiply rmsnorm(x) instead of x (as rmsnorm() would compute it).
     precision: for fp32 inputs "tf32" or "ieee" (glm_asr_common/model/precision.py); ignored for bf16.
-    tf32_weight: weight holds TF32 values already (rounded once, at load), so the tensor-core
-    kernels round only x. One row (decode, batch 1) runs gemv_kernel on the CUDA cores, with the RMSNorm fused in; up to
+    One row (decode, batch 1) runs gemv_kernel on the CUDA cores, with the RMSNorm fused in; up to
     SKINNY_MAX_M rows a 16-row tensor-core tile with split K; more rows the tiled GEMM.
     """
     norm_weight, eps = rms_norm if rms_norm is not None else (None, 0.0)
     return _launch_linear(x, weight, bias, residual, out, gelu, False, precision,
-                          prologue="none" if rms_norm is None else "rmsnorm", norm_weight=norm_weight, eps=eps,
-                          tf32_weight=tf32_weight)
+                          prologue="none" if rms_norm is None else "rmsnorm", norm_weight=norm_weight, eps=eps)
 
 
 def swiglu_linear(
-    x: torch.Tensor, gate_up_weight: torch.Tensor, out: torch.Tensor | None = None, *, precision: str,
-    tf32_weight: bool = False,
+    x: torch.Tensor, gate_up_weight: torch.Tensor, out: torch.Tensor | None = None, *, precision: str
 ) -> torch.Tensor:
     """Llama MLP input half: out = silu(x @ W_gate^T) * (x @ W_up^T), shape (..., N).
 
     gate_up_weight is (2N, K): rows [0, N) are gate_proj.weight and rows [N, 2N) up_proj.weight,
     i.e. torch.cat([gate_proj.weight, up_proj.weight]) built once when the model loads.
     """
-    return _launch_linear(x, gate_up_weight, None, None, out, False, True, precision, tf32_weight=tf32_weight)
+    return _launch_linear(x, gate_up_weight, None, None, out, False, True, precision)
 
 
 def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_weight: torch.Tensor,
-              down_weight: torch.Tensor, *, precision: str, tf32_weight: bool = False) -> torch.Tensor:
+              down_weight: torch.Tensor, *, precision: str) -> torch.Tensor:
     """The decoder layer's second half, in place: x += down(silu(gate(h)) * up(h)), h = rmsnorm(x).
 
     x: (..., H), contiguous. For one row, two GEMVs: [gate | up] of the normalised row (the RMSNorm
@@ -558,16 +537,13 @@ def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_we
         gate_up = _launch_linear(x, gate_up_weight, None, None, None, False, False, precision,
                                  prologue="rmsnorm", norm_weight=norm_weight, eps=eps)
         return _launch_linear(gate_up, down_weight, None, x, x, False, False, precision, prologue="swiglu")
-    activated = swiglu_linear(rmsnorm(x, norm_weight, eps), gate_up_weight, precision=precision,
-                              tf32_weight=tf32_weight)
-    return linear(activated, down_weight, residual=x, out=x, precision=precision, tf32_weight=tf32_weight)
+    activated = swiglu_linear(rmsnorm(x, norm_weight, eps), gate_up_weight, precision=precision)
+    return linear(activated, down_weight, residual=x, out=x, precision=precision)
 
 
-def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, precision: str,
-                   tf32_weight: bool = False):
+def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, precision: str):
     """Full logits (..., V) = x_normed @ lm_head_weight^T, in x_normed.dtype (as HF's lm_head)."""
-    return linear(x_normed, lm_head_weight, precision=precision, tf32_weight=tf32_weight)
-
+    return linear(x_normed, lm_head_weight, precision=precision)
 
 
 # ---------------------------------------------------------------------------------------------

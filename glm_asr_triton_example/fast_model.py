@@ -28,7 +28,7 @@ import torch
 from glm_asr_common.model.config import ModelConfig
 from glm_asr_common.model.course_model import track_ops
 from glm_asr_common.model.fast_model import FastPathModel
-from glm_asr_common.model.precision import Precision, round_to_tf32
+from glm_asr_common.model.precision import Precision
 from glm_asr_common.model.regions import region
 
 from .conv import conv1d
@@ -41,29 +41,14 @@ from .rope import apply_rope
 
 
 class FastGlmAsr(FastPathModel):
-    # The weights every tensor-core product of the model multiplies by, per layer and outside the layers.
-    GEMM_WEIGHTS = {"encoder_layers": ("qkv_weight", "o_weight", "fc1_weight", "fc2_weight"),
-                    "decoder_layers": ("qkv_weight", "o_weight", "gate_up_weight", "down_weight")}
-    OTHER_GEMM_WEIGHTS = ("projector_1_weight", "projector_2_weight", "lm_head")
-
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str):
         super().__init__(cfg, weights, device, precision, track_ops(__package__))
-        # tf32: the GEMM weights rounded to TF32 once, here (new tensors: the checkpoint's stay as they are),
-        # so the kernels round only the activations (fast_linear.weight_dot).
-        self.tf32_weight = self.dot == "tf32" and self.dtype == torch.float32
-        if self.tf32_weight:
-            for layers, names in self.GEMM_WEIGHTS.items():
-                for layer in getattr(self.w, layers):
-                    for name in names:
-                        setattr(layer, name, round_to_tf32(getattr(layer, name), "nearest_away"))
-            for name in self.OTHER_GEMM_WEIGHTS:
-                setattr(self.w, name, round_to_tf32(getattr(self.w, name), "nearest_away"))
 
     def conv_gelu(self, x, weight, bias, stride: int):
         return conv1d(x, weight, bias, stride=stride, gelu=True, precision=self.dot)
 
     def linear(self, x, weight, bias=None, *, gelu: bool = False):
-        return linear(x, weight, bias, gelu=gelu, precision=self.dot, tf32_weight=self.tf32_weight)
+        return linear(x, weight, bias, gelu=gelu, precision=self.dot)
 
     # ---- audio encoder ------------------------------------------------------------------------
     def _encoder_layer(self, layer, x, attn):
@@ -72,17 +57,16 @@ class FastGlmAsr(FastPathModel):
         e = self.cfg.encoder
         windows, frames, heads, head_dim = attn.shape
         h = layernorm(x, layer.ln1_weight, layer.ln1_bias, e.layer_norm_eps)
-        qkv = self.linear(h, layer.qkv_weight, layer.qkv_bias)
+        qkv = linear(h, layer.qkv_weight, layer.qkv_bias, precision=self.dot)
         qkv = qkv.view(windows, frames, 3 * heads, head_dim)
         apply_rope(qkv[:, :, : 2 * heads], self.enc_cos, self.enc_sin, self.enc_positions[:frames], e.rotary_dim)
         q, k, v = qkv[:, :, :heads], qkv[:, :, heads:2 * heads], qkv[:, :, 2 * heads:]
         flash_attention(q, k, v, head_dim ** -0.5, causal=False, precision=self.dot, out=attn)
         linear(attn.view(windows * frames, -1), layer.o_weight, layer.o_bias, residual=x, out=x,
-               precision=self.dot, tf32_weight=self.tf32_weight)
+               precision=self.dot)
         h = layernorm(x, layer.ln2_weight, layer.ln2_bias, e.layer_norm_eps)
-        h = self.linear(h, layer.fc1_weight, layer.fc1_bias, gelu=True)
-        linear(h, layer.fc2_weight, layer.fc2_bias, residual=x, out=x, precision=self.dot,
-               tf32_weight=self.tf32_weight)
+        h = linear(h, layer.fc1_weight, layer.fc1_bias, gelu=True, precision=self.dot)
+        linear(h, layer.fc2_weight, layer.fc2_bias, residual=x, out=x, precision=self.dot)
 
     # ---- text decoder -------------------------------------------------------------------------
     def decoder_layers(self, x, state, tokens: int, decode: bool):
@@ -93,8 +77,7 @@ class FastGlmAsr(FastPathModel):
             with region("decoder.layer"):
                 project_qkv_into_cache(x, layer.qkv_weight, layer.ln1_weight, d.rms_norm_eps, d.num_heads,
                                        d.num_kv_heads, d.head_dim, self.dec_cos, self.dec_sin, d.rotary_dim,
-                                       q, k_cache, v_cache, state.cache_pos, state.kv_start, precision=self.dot,
-                                       tf32_weight=self.tf32_weight)
+                                       q, k_cache, v_cache, state.cache_pos, state.kv_start, precision=self.dot)
                 if decode:
                     attn = decode_attention(q, k_cache, v_cache, state.valid_len, state.kv_start, d.head_dim ** -0.5,
                                             precision=self.dot)
@@ -102,14 +85,14 @@ class FastGlmAsr(FastPathModel):
                     attn = flash_attention(q, k_cache, v_cache, d.head_dim ** -0.5, causal=True, precision=self.dot,
                                            kv_start=state.kv_start, kv_layout="bhtd")
                 x = linear(attn.view(state.batch * tokens, -1), layer.o_weight, residual=x, out=x,
-                           precision=self.dot, tf32_weight=self.tf32_weight)
+                           precision=self.dot)
                 x = llama_mlp(x, layer.ln2_weight, d.rms_norm_eps, layer.gate_up_weight, layer.down_weight,
-                              precision=self.dot, tf32_weight=self.tf32_weight)
+                              precision=self.dot)
         return x
 
     def greedy_head(self, last_hidden, state):
         greedy_head(last_hidden, self.w.decoder_norm_weight, self.cfg.decoder.rms_norm_eps, self.w.lm_head,
-                    self.eos_ids, state.ban_eos, state.token_ids, precision=self.dot, tf32_weight=self.tf32_weight)
+                    self.eos_ids, state.ban_eos, state.token_ids, precision=self.dot)
 
 
 def load_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str) -> FastGlmAsr:

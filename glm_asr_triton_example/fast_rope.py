@@ -209,19 +209,17 @@ def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weigh
                            num_q_heads: int, num_kv_heads: int, head_dim: int,
                            cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int,
                            q_out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           cache_pos: torch.Tensor, kv_start: torch.Tensor, *, precision: str,
-                           tf32_weight: bool = False) -> None:
+                           cache_pos: torch.Tensor, kv_start: torch.Tensor, *, precision: str) -> None:
     """The decoder layer's attention inputs: h = rmsnorm(x); q|k|v = h @ qkv_weight^T; rotated q into
     q_out (B, T, Hq, D), rotated k and raw v into the caches at slot cache_pos + t.
 
     x: (B*T, H) rows. One token of one row with the whole head rotated (decode at batch 1) is one
     launch, qkv_rope_gemv_kernel (a power-of-two head); otherwise the RMSNorm-prologue linear() and
-    rope_qkv_into_cache. precision: "tf32" or "ieee" for fp32 operands; tf32_weight as linear()'s.
+    rope_qkv_into_cache. precision: "tf32" or "ieee" for fp32 operands.
     """
     B, T = q_out.shape[:2]
     if B * T != 1 or rotary_dim != head_dim or head_dim != triton.next_power_of_2(head_dim):
-        qkv = linear(x, qkv_weight, rms_norm=(norm_weight, eps), precision=precision,
-                     tf32_weight=tf32_weight).view(B, T, -1)
+        qkv = linear(x, qkv_weight, rms_norm=(norm_weight, eps), precision=precision).view(B, T, -1)
         rope_qkv_into_cache(qkv, num_q_heads, num_kv_heads, head_dim, cos, sin, rotary_dim, q_out, k_cache,
                             v_cache, cache_pos, kv_start)
         return

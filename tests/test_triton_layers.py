@@ -116,26 +116,18 @@ def test_linear_ieee_is_fp32_exact(gen, M):
     assert_close(fast_linear.linear(x, w, precision="ieee"), x.double() @ w.double().T, 1e-5)
 
 
-@pytest.mark.parametrize("launcher", ["layers.linear_tf32", "fast_linear.linear",
-                                      "fast_linear.linear, weight rounded at load"])
+@pytest.mark.parametrize("launcher", ["layers.linear_tf32", "fast_linear.linear"])
 @pytest.mark.parametrize("M", [5, 40])
 def test_tf32_operands_round_to_nearest(gen, launcher, M):
     """A "tf32" product of operands whose dropped bits round up (1 + 3·2⁻¹² → 1 + 2⁻¹⁰) equals the exact
     product of the operands rounded to nearest, as cuBLAS and cuTile compute it. A plain tl.dot on a GPU
-    reads them truncated (1 + 3·2⁻¹² → 1), 2⁻⁹ low a product: that fails here by far. The fast path's
-    model rounds its weights once at load and its kernels then round only x (tf32_weight=True)."""
+    reads them truncated (1 + 3·2⁻¹² → 1), 2⁻⁹ low a product: that fails here by far."""
     off_grid = 1 + 3 * 2.0 ** -12
     powers = lambda *shape: 2.0 ** torch.randint(-2, 3, shape, generator=gen)
     x, w = ((off_grid * powers(*shape)).to(DEVICE) for shape in ((M, 64), (48, 64)))
-    nearest = [round_to_tf32(t, "nearest_away") for t in (x, w)]
-    expected = nearest[0].double() @ nearest[1].double().T
-    if launcher == "layers.linear_tf32":
-        out = layers.linear_tf32(x, w, precision=TF32)
-    elif launcher == "fast_linear.linear":
-        out = fast_linear.linear(x, w, precision=TF32)
-    else:
-        out = fast_linear.linear(x, nearest[1], precision=TF32, tf32_weight=True)
-    assert_close(out, expected, 1e-6)
+    fn = layers.linear_tf32 if launcher == "layers.linear_tf32" else fast_linear.linear
+    nearest = [round_to_tf32(t.cpu(), "nearest_away").double() for t in (x, w)]
+    assert_close(fn(x, w, precision=TF32), (nearest[0] @ nearest[1].T).to(DEVICE), 1e-6)
 
 
 @pytest.fixture
@@ -506,29 +498,3 @@ def test_interpreter_tf32_dot_rounds_its_operands_and_ieee_does_not(gen):
     expected_tf32 = tf32_by_frexp(a).double() @ tf32_by_frexp(b).double()
     assert torch.allclose(results["tf32"].double(), expected_tf32, rtol=1e-6, atol=1e-6)
     assert (results["tf32"] - results["ieee"]).abs().max() > 1e-4  # visibly not IEEE
-
-
-def test_fast_model_in_tf32_rounds_its_gemm_weights_once_and_no_one_elses(tiny_ckpt_tied):
-    """In tf32 the fast path's model holds TF32 copies of exactly the weights its tensor-core launches take
-    with tf32_weight=True; the checkpoint's tensors (the tied embedding, shared with lm_head, included) and
-    every other weight keep their fp32 values."""
-    from parity import track_model
-
-    from glm_asr_common.tools.tracks import open_checkpoint
-
-    model, ckpt = track_model("glm_asr_triton_example:fast", tiny_ckpt_tied, precision="tf32")
-    assert model.tf32_weight
-    on_disk = open_checkpoint(str(tiny_ckpt_tied), torch.float32).weights
-    gemm = [getattr(layer, name) for layers, names in model.GEMM_WEIGHTS.items()
-            for layer in getattr(model.w, layers) for name in names]
-    gemm += [getattr(model.w, name) for name in model.OTHER_GEMM_WEIGHTS]
-    for weight in gemm:
-        assert torch.equal(weight, round_to_tf32(weight, "nearest_away"))
-    assert not torch.equal(model.w.embed_tokens, round_to_tf32(model.w.embed_tokens, "nearest_away"))
-    assert not torch.equal(model.w.decoder_layers[0].ln1_weight,
-                           round_to_tf32(model.w.decoder_layers[0].ln1_weight, "nearest_away"))
-    assert ckpt.weights.keys() == on_disk.keys()
-    assert all(torch.equal(ckpt.weights[name].cpu(), t) for name, t in on_disk.items())
-    fp32_model, _ = track_model("glm_asr_triton_example:fast", tiny_ckpt_tied, precision="fp32")
-    assert not fp32_model.tf32_weight
-    assert not torch.equal(fp32_model.w.lm_head, round_to_tf32(fp32_model.w.lm_head, "nearest_away"))

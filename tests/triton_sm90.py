@@ -59,7 +59,7 @@ def linear_stats(M: int, N: int, K: int, *, gated=False, gelu=False) -> dict:
     cfg = dict(cfg)
     warps, stages = cfg.pop("num_warps"), cfg.pop("num_stages")
     return compile_stats(fast_linear.fused_linear_kernel, dict(cfg, APPLY_GELU=gelu, GATED=gated,
-                                                               INPUT_PRECISION="ieee", W_TF32=False, PDL=True),
+                                                               INPUT_PRECISION="ieee", PDL=True),
                          num_warps=warps, num_stages=stages)
 
 
@@ -74,8 +74,7 @@ def flash_stats(head_dim: int, causal: bool) -> dict:
 def lm_head_stats() -> dict:
     cfg = dict(fast_head._lm_head_config(FP32, "ieee"))
     warps, stages = cfg.pop("num_warps"), cfg.pop("num_stages")
-    return compile_stats(fast_head.lm_head_argmax_kernel, dict(cfg, INPUT_PRECISION="ieee", W_TF32=False, PDL=True,
-                                                                    BLOCK_BANNED=4),
+    return compile_stats(fast_head.lm_head_argmax_kernel, dict(cfg, INPUT_PRECISION="ieee", PDL=True, BLOCK_BANNED=4),
                          num_warps=warps, num_stages=stages, int_ptrs=("banned_ptr", "suppress_ptr", "idx_ptr"))
 
 
