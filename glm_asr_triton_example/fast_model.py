@@ -41,14 +41,13 @@ from .rope import apply_rope
 
 
 class FastGlmAsr(FastPathModel):
+    fused_linear = staticmethod(linear)
+
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str):
         super().__init__(cfg, weights, device, precision, track_ops(__package__))
 
     def conv_gelu(self, x, weight, bias, stride: int):
         return conv1d(x, weight, bias, stride=stride, gelu=True, precision=self.dot)
-
-    def linear(self, x, weight, bias=None, *, gelu: bool = False):
-        return linear(x, weight, bias, gelu=gelu, precision=self.dot)
 
     # ---- audio encoder ------------------------------------------------------------------------
     def _encoder_layer(self, layer, x, attn):

@@ -5,7 +5,8 @@ its kernels' conventions:
 
     conv_gelu(x, weight, bias, stride)      conv1d (kernel 3, padding 1) with the exact GELU fused,
                                             time-major out (B, T_out, C_out)
-    linear(x, weight, bias=None, *, gelu)   x @ weight^T (+ bias) (GELU) in the track's fused GEMM
+    fused_linear                            the track's GEMM launcher, the same keywords on both tracks:
+                                            fused_linear(x, weight, bias, *, gelu, precision)
     _encoder_layer(layer, x, attn)          one encoder layer over the residual stream x, in place
     decoder_layers(x, state, tokens, decode)
     greedy_head(last_hidden, state)         (engine.GreedyModel's: the decoder and the fused head)
@@ -43,9 +44,12 @@ class FastPathModel(GreedyModel):
     def conv_gelu(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: int) -> torch.Tensor:
         raise NotImplementedError
 
+    fused_linear = None  # a track's fast_linear.linear, as staticmethod(linear)
+
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
                gelu: bool = False) -> torch.Tensor:
-        raise NotImplementedError
+        """x @ weight^T (+ bias) (GELU) in the track's fused GEMM."""
+        return self.fused_linear(x, weight, bias, gelu=gelu, precision=self.dot)
 
     def _encoder_layer(self, layer, x: torch.Tensor, attn: torch.Tensor) -> None:
         raise NotImplementedError
