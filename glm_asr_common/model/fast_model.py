@@ -29,6 +29,8 @@ from .regions import region
 class FastPathModel(GreedyModel):
     """GLM-ASR around a track's fused launches (see the module docstring)."""
 
+    fused_linear = None  # the track's fast_linear.linear, as staticmethod(linear)
+
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str,
                  ops: TrackOps):
         super().__init__(cfg, device, precision)
@@ -43,8 +45,6 @@ class FastPathModel(GreedyModel):
     # ---- the track's launches ------------------------------------------------------------------
     def conv_gelu(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: int) -> torch.Tensor:
         raise NotImplementedError
-
-    fused_linear = None  # a track's fast_linear.linear, as staticmethod(linear)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
                gelu: bool = False) -> torch.Tensor:
