@@ -40,8 +40,8 @@ def round_to(x, dtype: tl.constexpr):
 @triton.jit
 def dot(a, b, acc, INPUT_PRECISION: tl.constexpr):
     """acc + a @ b accumulated in fp32 (acc None: from zero). fp32 operands meet the tensor cores as
-    INPUT_PRECISION says ("tf32", or "ieee": no TF32, see glm_asr_common/model/precision.py); bf16 ones as
-    they are. The interpreter multiplies in fp32 whatever is asked."""
+    INPUT_PRECISION says ("tf32": rounded to TF32 to nearest first; "ieee": no TF32, see
+    glm_asr_common/model/precision.py); bf16 ones as they are, widened to fp32 under the interpreter."""
     if _INTERPRET:
         if a.dtype == tl.bfloat16:
             a = a.to(tl.float32)

@@ -161,7 +161,8 @@ def tma_linear_kernel(
 
     A tensor descriptor names a tile by its corner; the copy engine computes the addresses, fills
     rows past M or N and columns past K with zeros, and lands the tile in shared memory already
-    swizzled for the tensor cores, so the warps only issue the matmuls. PERSISTENT: one program per
+    swizzled for the tensor cores, so the warps only issue the matmuls (fp32 tiles at "tf32" excepted:
+    dot rounds them to nearest in registers first). PERSISTENT: one program per
     SM walks the tiles (flattened into one software-pipelined loop, so the next tile's loads
     overlap this tile's epilogue); otherwise one program per tile.
     """

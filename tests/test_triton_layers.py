@@ -116,7 +116,7 @@ def test_linear_ieee_is_fp32_exact(gen, M):
     assert_close(fast_linear.linear(x, w, precision="ieee"), x.double() @ w.double().T, 1e-5)
 
 
-@pytest.mark.parametrize("launcher", ["layers.linear_tf32", "fast_linear.linear"])
+@pytest.mark.parametrize("launcher", ["layers.linear_tf32", "fast_linear.linear", "fast_linear tma_linear_kernel"])
 @pytest.mark.parametrize("M", [5, 40])
 def test_tf32_operands_round_to_nearest(gen, launcher, M):
     """A "tf32" product of operands whose dropped bits round up (1 + 3·2⁻¹² → 1 + 2⁻¹⁰) equals the exact
@@ -125,9 +125,15 @@ def test_tf32_operands_round_to_nearest(gen, launcher, M):
     off_grid = 1 + 3 * 2.0 ** -12
     powers = lambda *shape: 2.0 ** torch.randint(-2, 3, shape, generator=gen)
     x, w = ((off_grid * powers(*shape)).to(DEVICE) for shape in ((M, 64), (48, 64)))
-    fn = layers.linear_tf32 if launcher == "layers.linear_tf32" else fast_linear.linear
+    if launcher == "layers.linear_tf32":
+        out = layers.linear_tf32(x, w, precision=TF32)
+    elif launcher == "fast_linear.linear":
+        out = fast_linear.linear(x, w, precision=TF32)
+    else:  # the encoder's kernel, at tiles this small shape takes
+        config = ("tma", dict(BLOCK_M=32, BLOCK_N=16, BLOCK_K=64, GROUP_M=2, SPLIT_K=1, PERSISTENT=False))
+        out = fast_linear._launch_linear(x, w, None, None, None, False, False, TF32, config=config)
     nearest = [round_to_tf32(t.cpu(), "nearest_away").double() for t in (x, w)]
-    assert_close(fn(x, w, precision=TF32), (nearest[0] @ nearest[1].T).to(DEVICE), 1e-6)
+    assert_close(out, (nearest[0] @ nearest[1].T).to(DEVICE), 1e-6)
 
 
 @pytest.fixture
@@ -327,6 +333,22 @@ def test_ieee_fp32_tiles_fit_the_registers_of_an_h100():
     assert stats and all(s["spill_bytes"] <= 64 for s in stats.values()), stats
 
 
+def test_tf32_dots_round_their_operands_on_an_h100():
+    """Compiled for sm_90a without a GPU (tests/triton_sm90.py --tf32-rounding): the course GEMM, the fast GEMM
+    and flash attention round fp32 operands of a "tf32" dot with cvt.rna.tf32.f32 (a plain tl.dot hands them
+    to the tensor cores, which truncate); nothing is rounded at "ieee" or for bf16. The CPU tests of the
+    rounding itself run the interpreter's fix, not this PTX."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).with_name("triton_sm90.py")
+    out = subprocess.run([sys.executable, str(script), "--tf32-rounding"], env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    counts = json.loads(out.stdout.splitlines()[-1])
+    assert len(counts) == 9, counts
+    for kernel_and_case, roundings in counts.items():
+        assert (roundings > 0) == kernel_and_case.endswith("fp32 tf32"), counts
+
+
 def test_tma_linear_falls_back_to_plain_loads(gen):
     """A row stride of 300 bf16 (600 bytes) is not TMA-addressable: the same tiles run with plain loads."""
     assert not fast_linear._tma_addressable(torch.empty(2, 300, dtype=BF16))
@@ -485,9 +507,10 @@ def tf32_by_frexp(x: torch.Tensor) -> torch.Tensor:
     return (torch.sign(scaled) * torch.floor(scaled.abs() + 0.5) * 2.0**-11 * 2.0**exponent.double()).float()
 
 
-@pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter's dot; a GPU's tensor cores do this themselves")
+@pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter's dot; on a GPU, test_tf32_operands_round_to_nearest")
 def test_interpreter_tf32_dot_rounds_its_operands_and_ieee_does_not(gen):
-    """Under the interpreter a "tf32" dot multiplies TF32-rounded operands (GPU-like), an "ieee" one exact fp32."""
+    """Under the interpreter a plain "tf32" tl.dot multiplies operands rounded to TF32 to nearest (as the course's
+    dot does on a GPU), an "ieee" one exact fp32."""
     a, b = rand(gen, 16, 32), rand(gen, 32, 16)
     a[0, :4] = torch.tensor([1 + 2**-11, 1 + 3 * 2**-12, -(1 + 2**-11), 2**-140])  # ties, near-tie, a denormal
     results = {}

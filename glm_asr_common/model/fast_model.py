@@ -42,14 +42,16 @@ class FastPathModel(GreedyModel):
         # Every window numbers its frames 0, 1, ...: one row of positions that all windows share.
         self.enc_positions = torch.arange(e.max_positions, dtype=torch.int32, device=self.device)
 
-    # ---- the track's launches ------------------------------------------------------------------
-    def conv_gelu(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: int) -> torch.Tensor:
-        raise NotImplementedError
-
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
                gelu: bool = False) -> torch.Tensor:
         """x @ weight^T (+ bias) (GELU) in the track's fused GEMM."""
+        if self.fused_linear is None:
+            raise NotImplementedError(f"{type(self).__name__} names no fused_linear")
         return self.fused_linear(x, weight, bias, gelu=gelu, precision=self.dot)
+
+    # ---- the track's launches ------------------------------------------------------------------
+    def conv_gelu(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: int) -> torch.Tensor:
+        raise NotImplementedError
 
     def _encoder_layer(self, layer, x: torch.Tensor, attn: torch.Tensor) -> None:
         raise NotImplementedError

@@ -12,8 +12,8 @@ _triton_compat's round_to and dot.)
    view of the language is its module's ``tl`` skips that. (No upstream issue: the interpreter is
    written for correctness, not speed.)
 3. The interpreter multiplies fp32 tiles in IEEE fp32 whatever ``input_precision`` asks, where a GPU
-   reads each operand as TF32 (10 mantissa bits) for "tf32", tl.dot's default: a kernel that drops
-   ``input_precision=INPUT_PRECISION`` would pass every IEEE-fp32 check on a CPU and fail them on a
+   reads each operand as TF32 (10 mantissa bits) for "tf32", tl.dot's default: a kernel that ignores
+   ``INPUT_PRECISION`` would pass every IEEE-fp32 check on a CPU and fail them on a
    GPU. Operands of a "tf32" dot are rounded to TF32 here to nearest, ties away from zero, as the
    track's ``dot`` rounds them on a GPU (cvt.rna.tf32.f32; the tensor cores alone would truncate them,
    triton-lang/triton#4574). (Upstream the interpreter's dot is exact by design; no issue.)

@@ -452,7 +452,8 @@ def markdown(plan, rows: list[dict], records: dict, rates: list[dict], tracks: l
               "Columns: kernels = course kernels passing every case / run; ids = course: the check run's ids equal the "
               "course baseline's; ids = transformers: equal transformers' IEEE fp32 ids; time: mean ± standard "
               "deviation (timed runs); vs course: the course baseline's time over the student's (above 1: faster; "
-              "counted faster above only beyond twice the standard error of the two means' difference); "
+              "the summary's count takes a student as faster only beyond twice the standard error of the two "
+              "means' difference); "
               "floor share: the roofline floor over the student's time. grades.csv has every column, one per kernel "
               "(PASS, FAIL with the worst error and its limit, TODO, - not run), and the log and key of each row."]
     return "\n".join(lines) + "\n"
