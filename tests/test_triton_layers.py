@@ -321,7 +321,7 @@ def test_gpu_table_gives_ieee_fp32_plain_tiles_of_the_course_size(monkeypatch):
     assert fast_linear._linear_config(1500, 5120, 1280, FP32, False, 132, fma=True)[1]["BLOCK_N"] == 128
 
 
-def test_ieee_fp32_tiles_fit_the_registers_of_an_h100():
+def test_sm_90_ieee_fp32_tiles_fit_the_registers():
     """The IEEE fp32 launches with the largest tiles, compiled for sm_90a without a GPU (tests/triton_sm90.py:
     ptxas, as Triton runs it): tens of bytes of spill a thread at most. The tensor-core tiles they ran on
     before spilled kilobytes (the TMA GEMM 10 KB, flash attention at head 128 2.4 KB)."""
@@ -333,7 +333,7 @@ def test_ieee_fp32_tiles_fit_the_registers_of_an_h100():
     assert stats and all(s["spill_bytes"] <= 64 for s in stats.values()), stats
 
 
-def test_tf32_dots_round_their_operands_on_an_h100():
+def test_sm_90_tf32_dots_round_their_operands():
     """Compiled for sm_90a without a GPU (tests/triton_sm90.py --tf32-rounding): the course GEMM, the fast GEMM
     and flash attention round fp32 operands of a "tf32" dot with cvt.rna.tf32.f32 (a plain tl.dot hands them
     to the tensor cores, which truncate); nothing is rounded at "ieee" or for bf16. The CPU tests of the
