@@ -321,15 +321,21 @@ def test_gpu_table_gives_ieee_fp32_plain_tiles_of_the_course_size(monkeypatch):
     assert fast_linear._linear_config(1500, 5120, 1280, FP32, False, 132, fma=True)[1]["BLOCK_N"] == 128
 
 
+def sm_90_compile(*args: str) -> dict:
+    """The JSON tests/triton_sm90.py prints with ``args``: kernels compiled for sm_90a in a process of their
+    own, without the interpreter (whose kernels cannot be compiled)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).with_name("triton_sm90.py")
+    out = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
 def test_sm_90_ieee_fp32_tiles_fit_the_registers():
     """The IEEE fp32 launches with the largest tiles, compiled for sm_90a without a GPU (tests/triton_sm90.py:
     ptxas, as Triton runs it): tens of bytes of spill a thread at most. The tensor-core tiles they ran on
     before spilled kilobytes (the TMA GEMM 10 KB, flash attention at head 128 2.4 KB)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    script = Path(__file__).with_name("triton_sm90.py")
-    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-2000:]
-    stats = json.loads(out.stdout.splitlines()[-1])
+    stats = sm_90_compile()
     assert stats and all(s["spill_bytes"] <= 64 for s in stats.values()), stats
 
 
@@ -338,12 +344,7 @@ def test_sm_90_tf32_dots_round_their_operands():
     and flash attention round fp32 operands of a "tf32" dot with cvt.rna.tf32.f32 (a plain tl.dot hands them
     to the tensor cores, which truncate); nothing is rounded at "ieee" or for bf16. The CPU tests of the
     rounding itself run the interpreter's fix, not this PTX."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    script = Path(__file__).with_name("triton_sm90.py")
-    out = subprocess.run([sys.executable, str(script), "--tf32-rounding"], env=env, capture_output=True, text=True,
-                         timeout=900)
-    assert out.returncode == 0, out.stderr[-2000:]
-    counts = json.loads(out.stdout.splitlines()[-1])
+    counts = sm_90_compile("--tf32-rounding")
     assert len(counts) == 9, counts
     for kernel_and_case, roundings in counts.items():
         assert (roundings > 0) == kernel_and_case.endswith("fp32 tf32"), counts
