@@ -9,7 +9,7 @@
     python benchmark_detailed.py FOLDER --nsys
 
 Measurements, in this order, all after --warmup untimed transcriptions (compilation never counted);
-the modules of glm_asr_common.measure take them, this file parses the options and prints:
+the modules of glm_asr_lab.measure take them, this file parses the options and prints:
   1. end to end: --runs transcriptions, synchronised (timer: CUDA events on a GPU): median, quartiles, min/max;
   2. components: --runs transcriptions with region timers (components.RegionTimer: a timer mark at every
      region entry/exit): encoder, projector, prefill, decode steps, per layer;
@@ -35,21 +35,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from glm_asr_common.errors import UserError, run_cli
-from glm_asr_common.measure import roofline
-from glm_asr_common.measure.breakdown import build_report, comparison, measure
-from glm_asr_common.measure.micro import run_micro
-from glm_asr_common.measure.plots import fmt_ms, pyplot, write_plots
-from glm_asr_common.measure.timer import time_call
-from glm_asr_common.model.precision import from_options
-from glm_asr_common.reference.hf_model import HFTrack, raw_config
-from glm_asr_common.tools.command_line import (ArgumentParser, Session, add_common_args, check_output_path,
+from glm_asr_course.errors import UserError, run_cli
+from glm_asr_lab.measure import roofline
+from glm_asr_lab.measure.breakdown import build_report, comparison, measure
+from glm_asr_lab.measure.micro import run_micro
+from glm_asr_lab.measure.plots import fmt_ms, pyplot, write_plots
+from glm_asr_course.timer import time_call
+from glm_asr_course.model.precision import from_options
+from glm_asr_course.reference.hf_model import HFTrack, raw_config
+from glm_asr_course.command_line import (ArgumentParser, Session, add_common_args, check_output_path,
                                                open_session, positive_int, release, resolve_device,
                                                settle_run_options, write_json, write_output)
-from glm_asr_common.tools.tracks import REPO_ROOT, resolve_path, track_folders, track_paths
+from glm_asr_course.tracks import REPO_ROOT, resolve_path, track_folders, track_paths
 
 FOOTER = (
-    "How to read this: AI = useful FLOPs per byte of minimum memory traffic (glm_asr_common/measure/roofline.py);\n"
+    "How to read this: AI = useful FLOPs per byte of minimum memory traffic (glm_asr_course/measure/roofline.py);\n"
     "below the ridge point (peak FLOP/s / peak bandwidth = {ridge:.0f} FLOP/B) the best a kernel can be is\n"
     "memory-bound, above it compute-bound; latency-bound = under 10% of both peaks with short launches.\n"
     "%roof = achieved / attainable at that AI. '~' = the class's useful work split over its kernels by time;\n"
@@ -342,8 +342,6 @@ def main(argv) -> int:
     if args.attention_only or args.linear_only:
         if args.baseline:
             print("note: --baseline is for whole transcriptions; the micro-benchmarks compare with torch")
-        if str(REPO_ROOT) not in sys.path:  # the folders' launchers are imported by name
-            sys.path.insert(0, str(REPO_ROOT))
         res = run_micro(args, [folder for folder, _ in tracks], peaks, device)
         print_micro(res, peaks)
         if args.json:

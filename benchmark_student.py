@@ -9,13 +9,13 @@ after --warmup untimed runs; model load and feature extraction are reported on t
 CPU, where the kernels run in the Triton interpreter or the cuTile emulator, the defaults are 5 new
 tokens, no warm-up and 1 run (the header says so) and each run counts its tokens as they come.
 A real checkpoint is checked by its transcript. Random weights (--random-weights, or a checkpoint this
-project built, such as python -m glm_asr_common.reference.tiny_checkpoint DIR) have none: the status reads NOT
+project built, such as python -m glm_asr_course.reference.tiny_checkpoint DIR) have none: the status reads NOT
 CHECKED (random weights) and the check is whether the ids equal transformers' in IEEE fp32 on the same
-checkpoint, inputs and token limits (glm_asr_common/tools/verdict.py); only an --precision fp32 run (the CPU
+checkpoint, inputs and token limits (glm_asr_course/verdict.py); only an --precision fp32 run (the CPU
 default) is held to it, bf16 and tf32 round and are shown the line for information.
 --compare also runs every course kernel's self-check in the folder and in the solution (the example),
 times the solution's course and fast paths and transformers on the same inputs, and writes a report
-(Markdown, JSON, roofline plot; glm_asr_common/tools/compare_report.py) to --report (default reports/FOLDER).
+(Markdown, JSON, roofline plot; glm_asr_course/tools/compare_report.py) to --report (default reports/FOLDER).
 Exit codes: 0 PASS, not checked, or random weights whose ids equal transformers' fp32; 1 transcription
 mismatch, or an fp32 run on random weights whose ids differ; 2 bad input, or in a template a TODO
 kernel that was launched (--allow-reference KERNEL|all runs the example's kernel in its place; with
@@ -24,16 +24,16 @@ kernel that was launched (--allow-reference KERNEL|all runs the example's kernel
 
 from pathlib import Path
 
-from glm_asr_common.tools import compare_report
-from glm_asr_common.course import todo_kernels
-from glm_asr_common.tools.command_line import ArgumentParser, add_common_args, load_track_model, prepare_session, time_runs, write_json
-from glm_asr_common.errors import UserError, run_cli
-from glm_asr_common.measure.components import aggregate, timed_run
-from glm_asr_common.measure.timer import spread
-from glm_asr_common.model.frontend import decode
-from glm_asr_common.tools.tracks import track_folders
-from glm_asr_common.reference.scoring import accuracy
-from glm_asr_common.tools.verdict import judge
+from glm_asr_lab.grading import compare_report
+from glm_asr_course.kernels import todo_kernels
+from glm_asr_course.command_line import ArgumentParser, add_common_args, load_track_model, prepare_session, time_runs, write_json
+from glm_asr_course.errors import UserError, run_cli
+from glm_asr_lab.measure.components import aggregate, timed_run
+from glm_asr_course.timer import spread
+from glm_asr_course.model.frontend import decode
+from glm_asr_course.tracks import track_folders
+from glm_asr_course.reference.scoring import accuracy
+from glm_asr_course.verdict import judge
 
 
 def main(argv) -> int:

@@ -1,10 +1,10 @@
 """GLM-ASR-Nano-2512 with every forward op a cuTile kernel (the cuTile track).
 
-model.py is the course path: the course model (glm_asr_common/model/course_model.py, shared with the
+model.py is the course path: the course model (glm_asr_course/model/course_model.py, shared with the
 Triton track) on this folder's eleven course kernels plus the provided glue (glue.py, conv.py),
-nothing else. glm_asr_common.tools.tracks picks a path by its file (fast_model.py, model.py,
+nothing else. glm_asr_course.tracks picks a path by its file (fast_model.py, model.py,
 cupy_model.py where present); the generated template copies the course path only. Kernel files use
-``ct`` and ``launch`` from glm_asr_common.runtimes.cutile: the real cuda.tile on a GPU, a CPU
+``ct`` and ``launch`` from glm_asr_course.runtimes.cutile: the real cuda.tile on a GPU, a CPU
 emulator elsewhere.
 
 ``STUDENT_KERNELS``: the course kernels students write (the course model's list). In the example each
@@ -12,4 +12,4 @@ of them sits between ``# >>> STUDENT KERNEL name`` and ``# <<< STUDENT KERNEL`` 
 template each is a TODO.
 """
 
-from glm_asr_common.model.course_model import COURSE_KERNELS as STUDENT_KERNELS  # noqa: F401
+from glm_asr_course.model.course_model import COURSE_KERNELS as STUDENT_KERNELS  # noqa: F401

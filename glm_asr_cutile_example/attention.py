@@ -1,7 +1,7 @@
 """The course's attention kernels for GLM-ASR, in NVIDIA cuTile: the textbook path, three launches,
 each above its launcher: attention_scores_kernel (S = Q K^T * scale in fp32, -inf above the
 diagonal when causal), softmax_inplace_kernel (P = softmax(S), over S's memory) and
-attention_output_kernel (O = P V). The course model (glm_asr_common/model/course_model.py) composes
+attention_output_kernel (O = P V). The course model (glm_asr_course/model/course_model.py) composes
 them: encoder_attention (scores, in-place softmax, P·V over the whole 30 s window) and
 decoder_attention (scores, glue.mask_scores, layers.py's softmax_kernel, P·V over the KV cache; GQA
 by a 0 head stride, no copies).
@@ -18,15 +18,9 @@ Self-check: python glm_asr_cutile_example/attention.py  (without a GPU: the cuTi
 
 import torch
 
-if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/attention.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
-from glm_asr_common.model import launch_contracts  # noqa: E402
-
-from ._tile_helpers import NEG_INF, ZERO, cdiv, next_power_of_2, rows_per_block  # noqa: E402
+from glm_asr_course.model import launch_contracts
+from glm_asr_course.runtimes.cutile import ct, launch
+from glm_asr_course.runtimes.tile_helpers import NEG_INF, ZERO, cdiv, next_power_of_2, rows_per_block
 
 
 # >>> STUDENT KERNEL attention_scores_kernel
@@ -162,8 +156,8 @@ def attention_output(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None 
     return out
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
-    from glm_asr_common.course.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_course/course/kernel_cases.py
+    from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))
 

@@ -42,11 +42,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from glm_asr_common.model.config import ModelConfig
-from glm_asr_common.model.engine import GreedyModel
-from glm_asr_common.errors import UserError
-from glm_asr_common.model.precision import Precision
-from glm_asr_common.model.regions import region
+from glm_asr_course.errors import UserError
+from glm_asr_course.model.config import ModelConfig
+from glm_asr_course.model.engine import GreedyModel
+from glm_asr_course.model.precision import Precision
+from glm_asr_course.model.regions import region
 
 from .weight_loader import load_weights
 

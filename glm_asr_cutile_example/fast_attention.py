@@ -15,19 +15,13 @@ Like transformers' eager attention in bf16, the probabilities are rounded to the
 P @ V. The live cache length and the left padding are read on the device, so a launch depends only on
 shapes and a captured CUDA graph replays for every step.
 
-Self-check: python glm_asr_cutile_example/fast_attention.py  (without a GPU: the cuTile emulator)
+Self-check: python -m glm_asr_cutile_example.fast_attention  (without a GPU: the cuTile emulator)
 """
 
 import torch
 
-if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fast_attention.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
-
-from ._tile_helpers import EMULATED, NEG_INF, ZERO, cdiv, next_power_of_2  # noqa: E402
+from glm_asr_course.runtimes.cutile import ct, launch
+from glm_asr_course.runtimes.tile_helpers import EMULATED, NEG_INF, ZERO, cdiv, next_power_of_2
 
 LOG2E = 1.4426950408889634
 
@@ -259,13 +253,13 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
 
 # ==================================================================================================
-# Self-check: python glm_asr_cutile_example/fast_attention.py  (without a GPU: the cuTile emulator)
+# Self-check: python -m glm_asr_cutile_example.fast_attention  (without a GPU: the cuTile emulator)
 # ==================================================================================================
 
 
 def _self_check():
-    from glm_asr_common.course.self_check import SelfCheck
-    from glm_asr_common.reference.torch_ops import attention as torch_attention
+    from glm_asr_course.kernels.self_check import SelfCheck
+    from glm_asr_course.reference.torch_ops import attention as torch_attention
 
     check = SelfCheck("fast_attention.py", EMULATED, cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device

@@ -6,20 +6,15 @@
     argmax_reduce_kernel    the blocks' partials of each row to its id
     greedy_head             both, for the last hidden state of every row
 
-Self-check: python glm_asr_cutile_example/fast_head.py  (without a GPU: the cuTile emulator)
+Self-check: python -m glm_asr_cutile_example.fast_head  (without a GPU: the cuTile emulator)
 """
 
 import torch
 
-if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fast_head.py
-    from _script import package_of
+from glm_asr_course.runtimes.cutile import ct, launch
+from glm_asr_course.runtimes.tile_helpers import EMULATED, NEG_INF, ZERO, as_rows, cdiv, next_power_of_2, round_as
 
-    __package__ = package_of(__file__)
-
-from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
-
-from ._tile_helpers import EMULATED, NEG_INF, ZERO, as_rows, cdiv, next_power_of_2, round_as  # noqa: E402
-from .fast_linear import RMSNORM, gemv_rows  # noqa: E402
+from .fast_linear import RMSNORM, gemv_rows
 
 # Above any vocabulary index: loses every "lowest index" contest.
 NO_INDEX = 2 ** 31 - 1
@@ -105,13 +100,13 @@ def greedy_head(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, lm_head_
 
 
 # ---------------------------------------------------------------------------------------------
-# Self-check: python glm_asr_cutile_example/fast_head.py  (without a GPU: the cuTile emulator)
+# Self-check: python -m glm_asr_cutile_example.fast_head  (without a GPU: the cuTile emulator)
 # ---------------------------------------------------------------------------------------------
 
 
 def _self_check():
-    from glm_asr_common.course.greedy_head_case import chosen_logit_gap, greedy_head_case
-    from glm_asr_common.course.self_check import SelfCheck
+    from glm_asr_course.kernels.greedy_head_case import chosen_logit_gap, greedy_head_case
+    from glm_asr_course.kernels.self_check import SelfCheck
 
     check = SelfCheck("fast_head.py", EMULATED, cpu_runner="cuTile emulator", decorator="@ct.kernel")
     case = greedy_head_case(check.on_gpu, check.device, cpu_vocab=1300)

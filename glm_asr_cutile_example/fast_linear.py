@@ -17,21 +17,15 @@ cuTile arrays passed to one kernel must not overlap, so an in-place residual add
 + y into out" with residual and out the same tensor: the kernel reads ``out``'s tile and writes it
 back (ACCUMULATE).
 
-Self-check: python glm_asr_cutile_example/fast_linear.py  (without a GPU: the cuTile emulator)
+Self-check: python -m glm_asr_cutile_example.fast_linear  (without a GPU: the cuTile emulator)
 """
 
 import time
 
 import torch
 
-if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fast_linear.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
-
-from ._tile_helpers import EMULATED, ZERO, as_rows, cdiv, erf, next_power_of_2, round_as  # noqa: E402
+from glm_asr_course.runtimes.cutile import ct, launch
+from glm_asr_course.runtimes.tile_helpers import EMULATED, ZERO, as_rows, cdiv, erf, next_power_of_2, round_as
 
 # gemv_kernel's prologues: what the weight multiplies.
 AS_STORED, RMSNORM = 0, 1
@@ -185,7 +179,7 @@ def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype, gelu: bool = False)
         return "gemm", (min(next_power_of_2(M), 256), min(next_power_of_2(N), 128), block_k)
     step = 128 // dtype.itemsize
     if M <= GEMV_MAX_ROWS:
-        # Weight rows x bytes per step from utils/sweep_cutile_fast.py (H100, docs/performance.md):
+        # Weight rows x bytes per step from glm_asr_lab/tuning/sweep_cutile_fast.py (H100, docs/performance.md):
         # 32 rows x 1 KiB for the wide matrices (q|k|v, gate|up), 16 rows x 2 KiB for the 2048-row ones.
         if N >= 3072:
             return "gemv", (32, 1024 // dtype.itemsize)
@@ -246,7 +240,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
     x: (..., K) rows with a contiguous last dim; weight: (N, K), nn.Linear layout. accumulate_into:
     (..., N), updated in place and returned (a residual stream). precision: "tf32" or "ieee" for fp32
-    operands (glm_asr_common/model/precision.py), ignored for bf16. tiles: linear_tiles' choice overridden.
+    operands (glm_asr_course/model/precision.py), ignored for bf16. tiles: linear_tiles' choice overridden.
     """
     return _launch(x, weight, bias, accumulate_into, gelu=gelu, accumulate=accumulate_into is not None,
                    precision=precision, tiles=tiles)
@@ -283,7 +277,7 @@ def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_we
 
 
 def _self_check():
-    from glm_asr_common.course.self_check import SelfCheck
+    from glm_asr_course.kernels.self_check import SelfCheck
 
     from .layers import rmsnorm
 

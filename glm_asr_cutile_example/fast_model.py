@@ -19,21 +19,21 @@ Kernels: fast_linear.py (GEMM / GEMV), fast_attention.py, fast_rope.py, fast_hea
 course path: layers.layernorm / rmsnorm, rope.rope_tables / apply_rope, glue (embedding, token
 positions, KV-cache write) and conv's unfolding. This file holds the cuTile launches; the model
 around them (weights, RoPE tables, the encoder stack, projector, embedding, logits) is FastPathModel
-in glm_asr_common/model/fast_model.py, which the Triton fast path fills too.
-glm_asr_common.model.engine.GreedyModel captures the prompt phase and each decode step as CUDA graphs
+in glm_asr_course/model/fast_model.py, which the Triton fast path fills too.
+glm_asr_course.model.engine.GreedyModel captures the prompt phase and each decode step as CUDA graphs
 (cuTile launches on the current stream are captured) and replays them.
 """
 
 import torch
 
-from glm_asr_common.model.config import ModelConfig
-from glm_asr_common.model.course_model import track_ops
-from glm_asr_common.model.fast_model import FastPathModel
-from glm_asr_common.model.precision import Precision
-from glm_asr_common.model.regions import region
-from glm_asr_common.runtimes.cutile import launch
+from glm_asr_course.model.config import ModelConfig
+from glm_asr_course.model.course_model import track_ops
+from glm_asr_course.model.fast_model import FastPathModel
+from glm_asr_course.model.precision import Precision
+from glm_asr_course.model.regions import region
+from glm_asr_course.runtimes.cutile import launch
+from glm_asr_course.runtimes.tile_helpers import cdiv, next_power_of_2
 
-from ._tile_helpers import cdiv, next_power_of_2
 from .conv import TAPS, conv_unfold_kernel
 from .fast_attention import EMULATED, decode_attention, flash_attention
 from .fast_head import greedy_head

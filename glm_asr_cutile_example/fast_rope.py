@@ -8,23 +8,18 @@ KV-cache write.
     project_qkv_into_cache that kernel, or for a prompt (or a batch) the RMSNorm-prologue linear, the
                            course's apply_rope_kernel and glue's KV-cache write
 
-Self-check: python glm_asr_cutile_example/fast_rope.py  (without a GPU: the cuTile emulator)
+Self-check: python -m glm_asr_cutile_example.fast_rope  (without a GPU: the cuTile emulator)
 """
 
 import torch
 
-if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/fast_rope.py
-    from _script import package_of
+from glm_asr_course.runtimes.cutile import ct, launch
+from glm_asr_course.runtimes.tile_helpers import EMULATED, next_power_of_2, round_as
 
-    __package__ = package_of(__file__)
-
-from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
-
-from ._tile_helpers import EMULATED, next_power_of_2, round_as  # noqa: E402
-from .fast_linear import RMSNORM, gemv_rows, rms_linear  # noqa: E402
-from .glue import write_kv_cache  # noqa: E402
-from .layers import rmsnorm  # noqa: E402
-from .rope import apply_rope  # noqa: E402
+from .fast_linear import RMSNORM, gemv_rows, rms_linear
+from .glue import write_kv_cache
+from .layers import rmsnorm
+from .rope import apply_rope
 
 
 def rotate(x1, x2, cos, sin, dtype):
@@ -118,14 +113,14 @@ def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weigh
 
 
 # --------------------------------------------------------------------------------------------------
-# Self-check: python glm_asr_cutile_example/fast_rope.py  (without a GPU: the cuTile emulator)
+# Self-check: python -m glm_asr_cutile_example.fast_rope  (without a GPU: the cuTile emulator)
 # --------------------------------------------------------------------------------------------------
 
 
 def _self_check():
-    from glm_asr_common.course.self_check import SelfCheck
-
-    from glm_asr_common.reference.torch_ops import rope as torch_rope, rope_tables as torch_rope_tables
+    from glm_asr_course.kernels.self_check import SelfCheck
+    from glm_asr_course.reference.torch_ops import rope as torch_rope
+    from glm_asr_course.reference.torch_ops import rope_tables as torch_rope_tables
 
     check = SelfCheck("fast_rope.py", EMULATED, cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device

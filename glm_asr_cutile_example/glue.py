@@ -23,16 +23,16 @@ Self-check: python glm_asr_cutile_example/glue.py  (without a GPU: the cuTile em
 
 import torch
 
-if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/glue.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
-from glm_asr_common.model import launch_contracts  # noqa: E402
-
-from ._tile_helpers import (  # noqa: E402
-    ELEMENTWISE_BLOCK, NEG_INF, TILE_ELEMENTS, ZERO, cdiv, next_power_of_2, rows_per_block,
+from glm_asr_course.model import launch_contracts
+from glm_asr_course.runtimes.cutile import ct, launch
+from glm_asr_course.runtimes.tile_helpers import (
+    ELEMENTWISE_BLOCK,
+    NEG_INF,
+    TILE_ELEMENTS,
+    ZERO,
+    cdiv,
+    next_power_of_2,
+    rows_per_block,
 )
 
 # Above any vocabulary index: loses every "lowest index" contest of the argmax.
@@ -271,7 +271,7 @@ def argmax_rows(logits: torch.Tensor, banned_ids: torch.Tensor, suppress: torch.
     return out_ids
 
 
-if __name__ == "__main__":  # the self-check: the glue's cases of glm_asr_common/course/kernel_cases.py
-    from glm_asr_common.course.self_check import main
+if __name__ == "__main__":  # the self-check: the glue's cases of glm_asr_course/course/kernel_cases.py
+    from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))

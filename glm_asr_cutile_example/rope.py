@@ -14,15 +14,9 @@ Self-check: python glm_asr_cutile_example/rope.py  (without a GPU: the cuTile em
 
 import torch
 
-if __name__ == "__main__":  # run as a script: python glm_asr_cutile_example/rope.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
-from glm_asr_common.model import launch_contracts  # noqa: E402
-
-from ._tile_helpers import ZERO, cdiv, next_power_of_2, round_as, rows_per_block  # noqa: E402
+from glm_asr_course.model import launch_contracts
+from glm_asr_course.runtimes.cutile import ct, launch
+from glm_asr_course.runtimes.tile_helpers import ZERO, cdiv, next_power_of_2, round_as, rows_per_block
 
 
 # >>> STUDENT KERNEL compute_freqs_kernel
@@ -127,8 +121,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions:
     return x
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
-    from glm_asr_common.course.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_course/course/kernel_cases.py
+    from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))
 

@@ -1,4 +1,4 @@
-# Generated from glm_asr_cutile_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
+# Generated from glm_asr_cutile_example/ by glm_asr_lab/make_template.py. Your copy: fill in the TODO kernels.
 """The Whisper-style conv1d stem of the GLM-ASR audio encoder, in cuTile (provided code).
 
     h1 = gelu(conv1(mel))    128 -> 1280 channels, kernel 3, padding 1, stride 1: 3000 frames
@@ -20,15 +20,9 @@ import math
 
 import torch
 
-if __name__ == "__main__":  # run as a script: python glm_asr_cutile_template/conv.py
-    from _script import package_of
+from glm_asr_course.runtimes.cutile import MODE, ct, launch
+from glm_asr_course.runtimes.tile_helpers import cdiv, next_power_of_2
 
-    __package__ = package_of(__file__)
-
-from glm_asr_common.runtimes.cutile import MODE, ct, launch  # noqa: E402
-
-from ._tile_helpers import cdiv, next_power_of_2  # noqa: E402
-from .layers import linear_tf32  # noqa: E402
 
 TAPS = 3
 
@@ -72,6 +66,8 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: in
     block_c = min(next_power_of_2(C_in), 128)
     block_t = min(next_power_of_2(T_out), 4096 // block_c)
     launch((cdiv(T_out, block_t), cdiv(C_in, block_c), B), conv_unfold_kernel, x, unfolded, stride, block_t, block_c)
+    from .layers import linear_tf32  # the track's own GEMM: a student's copy of the folder uses its own
+
     out = linear_tf32(unfolded.view(B * T_out, TAPS * C_in), weight, bias, precision=precision)
     return out.view(B, T_out, C_out)
 
@@ -82,7 +78,7 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: in
 
 
 def _self_check():
-    from glm_asr_common.course.self_check import SelfCheck
+    from glm_asr_course.kernels.self_check import SelfCheck
 
     check = SelfCheck("conv.py", MODE != "gpu", cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device
@@ -112,4 +108,7 @@ def _self_check():
 
 
 if __name__ == "__main__":
-    _self_check()
+    from glm_asr_course.kernels.self_check import package_module
+
+    # Run as a script, this file is __main__, outside its package, where conv1d cannot reach layers.py.
+    package_module(__file__)._self_check()

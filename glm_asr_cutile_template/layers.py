@@ -1,4 +1,4 @@
-# Generated from glm_asr_cutile_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
+# Generated from glm_asr_cutile_example/ by glm_asr_lab/make_template.py. Your copy: fill in the TODO kernels.
 """The course's layer kernels for GLM-ASR, in NVIDIA cuTile, each above its launcher: rmsnorm_kernel,
 layernorm_kernel, gelu_kernel, silu_kernel, linear_kernel_tf32, softmax_kernel (their formulas and
 where the model uses them: GUIDE.md, "The eleven kernels you write").
@@ -18,17 +18,19 @@ Self-check: python glm_asr_cutile_template/layers.py  (without a GPU it runs in 
 
 import torch
 
-if __name__ == "__main__":  # run as a script: python glm_asr_cutile_template/layers.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
-from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
-from glm_asr_common.model import launch_contracts  # noqa: E402
-
-from ._tile_helpers import (  # noqa: E402
-    ELEMENTWISE_BLOCK, NEG_INF, ZERO, as_rows, cdiv, erf, next_power_of_2, round_as, rows_per_block,
+from glm_asr_course.model import launch_contracts
+from glm_asr_course.runtimes.cutile import ct, launch
+from glm_asr_course.kernels.todo_kernels import student_kernel  # noqa: E402
+from glm_asr_course.runtimes.tile_helpers import (
+    ELEMENTWISE_BLOCK,
+    NEG_INF,
+    ZERO,
+    as_rows,
+    cdiv,
+    erf,
+    next_power_of_2,
+    round_as,
+    rows_per_block,
 )
 
 
@@ -95,7 +97,7 @@ def gelu_kernel(x, y, BLOCK: ct.Constant[int]):
     x, y: 1-D arrays of n elements (any tensor viewed flat), same dtype.
     Grid: (cdiv(n, BLOCK),); block b owns elements [b * BLOCK, (b + 1) * BLOCK): tile index b.
     Masking: the ragged last tile loads 0.0 past n (padding_mode=ZERO) and the store drops it.
-    Hint: compute in fp32 and store in y's dtype. cuTile has no erf: use erf() from _tile_helpers
+    Hint: compute in fp32 and store in y's dtype. cuTile has no erf: use erf() from tile_helpers
     (an fp32 polynomial). The checkpoint's "gelu" is the erf form; the tanh approximation differs by
     up to ~1e-3, enough to flip bf16 roundings.
     """
@@ -207,8 +209,8 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return y.view(x.shape)
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
-    from glm_asr_common.course.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_course/course/kernel_cases.py
+    from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))
 

@@ -1,4 +1,4 @@
-# Generated from glm_asr_cutile_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
+# Generated from glm_asr_cutile_example/ by glm_asr_lab/make_template.py. Your copy: fill in the TODO kernels.
 """The course's RoPE kernels for GLM-ASR, in NVIDIA cuTile: the rotary tables and the rotation.
 
     compute_freqs_kernel / rope_tables   cos[p, i] = cos(p * inv_freq[i]), sin likewise,
@@ -15,16 +15,10 @@ Self-check: python glm_asr_cutile_template/rope.py  (without a GPU: the cuTile e
 
 import torch
 
-if __name__ == "__main__":  # run as a script: python glm_asr_cutile_template/rope.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-from glm_asr_common.runtimes.cutile import ct, launch  # noqa: E402
-from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
-from glm_asr_common.model import launch_contracts  # noqa: E402
-
-from ._tile_helpers import ZERO, cdiv, next_power_of_2, round_as, rows_per_block  # noqa: E402
+from glm_asr_course.model import launch_contracts
+from glm_asr_course.runtimes.cutile import ct, launch
+from glm_asr_course.kernels.todo_kernels import student_kernel  # noqa: E402
+from glm_asr_course.runtimes.tile_helpers import ZERO, cdiv, next_power_of_2, round_as, rows_per_block
 
 
 @student_kernel("compute_freqs_kernel", reference="glm_asr_cutile_example.rope", guide="GUIDE.md#cutile-compute_freqs_kernel")
@@ -92,8 +86,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions:
     return x
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
-    from glm_asr_common.course.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_course/course/kernel_cases.py
+    from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))
 

@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from glm_asr_common.model.config import DecoderConfig, EncoderConfig, ModelConfig
-from glm_asr_common.model.frontend import ASRInputs
-from glm_asr_common.model.generation import GreedyStopper
-from glm_asr_common.model.precision import Precision, get_precision, torch_matmul_precision
-from glm_asr_common.model.regions import region
+from glm_asr_course.model.config import DecoderConfig, EncoderConfig, ModelConfig
+from glm_asr_course.model.frontend import ASRInputs
+from glm_asr_course.model.generation import GreedyStopper
+from glm_asr_course.model.precision import Precision, get_precision, torch_matmul_precision
+from glm_asr_course.model.regions import region
 
 
 def rope_tables(positions: int, rotary_dim: int, theta: float, device="cpu"):

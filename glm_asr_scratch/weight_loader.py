@@ -1,4 +1,4 @@
-"""Canonical checkpoint names (glm_asr_common.model.checkpoint) → this model's module names."""
+"""Canonical checkpoint names (glm_asr_course.model.checkpoint) → this model's module names."""
 
 import torch
 

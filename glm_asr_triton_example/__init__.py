@@ -1,13 +1,13 @@
 """GLM-ASR-Nano-2512 with every forward op a Triton kernel (the Triton track).
 
-model.py is the course path: the course model (glm_asr_common/model/course_model.py, shared with the
+model.py is the course path: the course model (glm_asr_course/model/course_model.py, shared with the
 cuTile track) on this folder's eleven course kernels plus the provided glue, nothing else. The
 example also has a fast path, fast_model.py on fused production kernels (fast_*.py), which the
-generated template does not copy. glm_asr_common.tools.tracks picks a path by its file.
+generated template does not copy. glm_asr_course.tracks picks a path by its file.
 
 ``STUDENT_KERNELS``: the course kernels students write (the course model's list). In the example each
 of them sits between ``# >>> STUDENT KERNEL name`` and ``# <<< STUDENT KERNEL`` markers; in the
 template each is a TODO.
 """
 
-from glm_asr_common.model.course_model import COURSE_KERNELS as STUDENT_KERNELS  # noqa: F401
+from glm_asr_course.model.course_model import COURSE_KERNELS as STUDENT_KERNELS  # noqa: F401

@@ -9,7 +9,7 @@ kernel above its launcher.
 Each (B, H, T, ...) operand reaches a kernel as a pointer and its batch, head and token strides (last
 dim contiguous), so a view into the fused q|k|v output or into the KV cache needs no copy, and a
 head stride of 0 lets several query heads read one kv head (GQA). The scores and output kernels run
-on a (query block, batch x head) grid; _triton_compat's batch_and_head splits the second axis. Where
+on a (query block, batch x head) grid; triton_helpers's batch_and_head splits the second axis. Where
 the course model calls them, in its encoder and decoder attention: GUIDE.md#where-the-model-uses-them.
 
 In the encoder the (..., Tq, Tk) fp32 scores cross memory four times (written, read and rewritten
@@ -21,17 +21,18 @@ Self-check: python glm_asr_triton_example/attention.py  (without a GPU: the Trit
 
 
 import torch
+import triton
+import triton.language as tl
 
-if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/attention.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from glm_asr_common.model import launch_contracts  # noqa: E402
-
-from ._triton_compat import INTERPRET, batch_and_head, dot, round_to, rows_per_program, warps_for_row  # noqa: E402
+from glm_asr_course.model import launch_contracts
+from glm_asr_course.runtimes.triton_helpers import (
+    INTERPRET,
+    batch_and_head,
+    dot,
+    round_to,
+    rows_per_program,
+    warps_for_row,
+)
 
 
 # >>> STUDENT KERNEL attention_scores_kernel
@@ -196,8 +197,8 @@ def attention_output(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None 
     return out
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
-    from glm_asr_common.course.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_course/course/kernel_cases.py
+    from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))
 

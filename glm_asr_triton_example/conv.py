@@ -14,17 +14,18 @@ gelu_kernel; the fast path fuses the exact (erf) GELU into this epilogue (APPLY_
 import math
 
 import torch
+import triton
+import triton.language as tl
 
-if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/conv.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from ._triton_compat import (INTERPRET, dot, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
-                             wait_for_producer)
+from glm_asr_course.runtimes.triton_helpers import (
+    INTERPRET,
+    dot,
+    fma_dot,
+    pdl_options,
+    release_consumer,
+    round_to,
+    wait_for_producer,
+)
 
 
 @triton.jit
@@ -114,7 +115,7 @@ def _conv_config(dtype: torch.dtype, precision: str) -> tuple[int, int, int, int
 
 
 def _self_check():
-    from glm_asr_common.course.self_check import SelfCheck
+    from glm_asr_course.kernels.self_check import SelfCheck
 
     check = SelfCheck("conv.py", INTERPRET)
     on_gpu, dev = check.on_gpu, check.device

@@ -11,22 +11,24 @@ Softmax runs in base 2: exp(x) == exp2(x * log2(e)), so log2(e) is folded into t
 the exponentials are single exp2 instructions. Any head size works: channels are padded to a power of
 two and masked.
 
-Self-check: python glm_asr_triton_example/fast_attention.py  (without a GPU: the Triton interpreter)
+Self-check: python -m glm_asr_triton_example.fast_attention  (without a GPU: the Triton interpreter)
 """
 
 
 import torch
+import triton
+import triton.language as tl
 
-if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/fast_attention.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from ._triton_compat import (INTERPRET, batch_and_head, dot, fma_dot, pdl_options,  # noqa: E402
-                             release_consumer, round_to, wait_for_producer)
+from glm_asr_course.runtimes.triton_helpers import (
+    INTERPRET,
+    batch_and_head,
+    dot,
+    fma_dot,
+    pdl_options,
+    release_consumer,
+    round_to,
+    wait_for_producer,
+)
 
 LOG2E = 1.4426950408889634
 
@@ -389,14 +391,13 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
 
 # ==================================================================================================
-# Self-check: python glm_asr_triton_example/fast_attention.py  (without a GPU: the Triton interpreter)
+# Self-check: python -m glm_asr_triton_example.fast_attention  (without a GPU: the Triton interpreter)
 # ==================================================================================================
 
 
 def _self_check():
-    from glm_asr_common.course.self_check import SelfCheck
-
-    from glm_asr_common.reference.torch_ops import attention as torch_attention
+    from glm_asr_course.kernels.self_check import SelfCheck
+    from glm_asr_course.reference.torch_ops import attention as torch_attention
 
     check = SelfCheck("fast_attention.py", INTERPRET)
     on_gpu, dev = check.on_gpu, check.device

@@ -4,23 +4,25 @@
                             reduced at once to per-block (max, lowest index holding it)
     greedy_head             rmsnorm_kernel, that kernel, then glue's per-row reduction
 
-Self-check: python glm_asr_triton_example/fast_head.py  (without a GPU: the Triton interpreter)
+Self-check: python -m glm_asr_triton_example.fast_head  (without a GPU: the Triton interpreter)
 """
 
 import torch
+import triton
+import triton.language as tl
 
-if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/fast_head.py
-    from _script import package_of
+from glm_asr_course.runtimes.triton_helpers import (
+    INTERPRET,
+    dot,
+    fma_dot,
+    pdl_options,
+    release_consumer,
+    round_to,
+    wait_for_producer,
+)
 
-    __package__ = package_of(__file__)
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from ._triton_compat import (INTERPRET, dot, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
-                             wait_for_producer)
-from .glue import _banned_args, _block_argmax, _reduce_block_argmax  # noqa: E402
-from .layers import rmsnorm  # noqa: E402
+from .glue import _banned_args, _block_argmax, _reduce_block_argmax
+from .layers import rmsnorm
 
 
 @triton.jit
@@ -101,13 +103,13 @@ def greedy_head(
 
 
 # ---------------------------------------------------------------------------------------------
-# Self-check: python glm_asr_triton_example/fast_head.py  (without a GPU: the Triton interpreter)
+# Self-check: python -m glm_asr_triton_example.fast_head  (without a GPU: the Triton interpreter)
 # ---------------------------------------------------------------------------------------------
 
 
 def _self_check():
-    from glm_asr_common.course.greedy_head_case import chosen_logit_gap, greedy_head_case
-    from glm_asr_common.course.self_check import SelfCheck
+    from glm_asr_course.kernels.greedy_head_case import chosen_logit_gap, greedy_head_case
+    from glm_asr_course.kernels.self_check import SelfCheck
 
     check = SelfCheck("fast_head.py", INTERPRET)
     case = greedy_head_case(check.on_gpu, check.device, cpu_vocab=300)

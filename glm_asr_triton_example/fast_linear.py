@@ -11,30 +11,33 @@
                             the row, or SiLU(gate) * up), its epilogue adds the residual
 
 ``linear``, ``swiglu_linear``, ``llama_mlp`` and ``lm_head_logits`` pick the kernel and its tiles
-from a table (``_linear_config``) built from sweeps at the real shapes (utils/sweep_linear.py;
+from a table (``_linear_config``) built from sweeps at the real shapes (glm_asr_lab/tuning/sweep_linear.py;
 docs/performance.md has the numbers). Every kernel rounds to the activation dtype where
 transformers does (a Linear's output before GELU or the residual add, SwiGLU's four roundings).
 
-Self-check: python glm_asr_triton_example/fast_linear.py  (without a GPU: the Triton interpreter)
+Self-check: python -m glm_asr_triton_example.fast_linear  (without a GPU: the Triton interpreter)
 """
 
 import functools
 import time
 
 import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
-if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/fast_linear.py
-    from _script import package_of
+from glm_asr_course.runtimes.triton_helpers import (
+    INTERPRET,
+    as_rows,
+    dot,
+    fma_dot,
+    pdl_options,
+    release_consumer,
+    round_to,
+    wait_for_producer,
+)
 
-    __package__ = package_of(__file__)
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
-
-from ._triton_compat import (INTERPRET, as_rows, dot, fma_dot, pdl_options, release_consumer, round_to,  # noqa: E402
-                             wait_for_producer)
-from .layers import rmsnorm  # noqa: E402
+from .layers import rmsnorm
 
 
 @triton.jit
@@ -306,7 +309,7 @@ SKINNY_MAX_M = 16
 ONE_TILE_MAX_M = 64
 
 # Tiles for M > ONE_TILE_MAX_M: (BLOCK_M, BLOCK_N, num_warps, throughput relative to 128x128). The
-# rates were read off an H200 and an H100 in bf16 (K = 1280..6144; utils/sweep_linear.py): smaller
+# rates were read off an H200 and an H100 in bf16 (K = 1280..6144; glm_asr_lab/tuning/sweep_linear.py): smaller
 # tiles run slower per element but fill the last wave of a small grid better, and _linear_config
 # weighs the two.
 _GEMM_TILES = ((128, 256, 8, 1.2), (128, 128, 8, 1.0), (64, 128, 4, 0.85), (64, 64, 4, 0.7))
@@ -320,8 +323,8 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
     also break CUDA-graph capture) and every run makes the same choice. Sizes are in bytes where the
     dtype matters, so fp32 gets the same shared memory per stage as bf16. N counts output features;
     a gated launch holds two accumulators of (BLOCK_M, BLOCK_N). The entries come from
-    utils/sweep_linear.py on an H100 (docs/performance.md); the figures quoted are bf16 there.
-    fma: the tiled kernels' dot runs as FMAs on the CUDA cores (IEEE fp32, _triton_compat.fma_dot),
+    glm_asr_lab/tuning/sweep_linear.py on an H100 (docs/performance.md); the figures quoted are bf16 there.
+    fma: the tiled kernels' dot runs as FMAs on the CUDA cores (IEEE fp32, triton_helpers.fma_dot),
     holding its operand slices in registers: shorter K steps, smaller tiles, no TMA.
     """
     if INTERPRET:
@@ -426,7 +429,7 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, precision,
                    prologue="none", norm_weight=None, eps=0.0, config=None):
     """The shared launcher. prologue "rmsnorm" / "swiglu" (see _gemv_input) is fused into the GEMV;
     the tiled kernels get "rmsnorm" as a separate rmsnorm launch and do not take "swiglu".
-    config: (kind, launch options) in place of _linear_config's choice (utils/sweep_linear.py)."""
+    config: (kind, launch options) in place of _linear_config's choice (glm_asr_lab/tuning/sweep_linear.py)."""
     rows = as_rows(x)
     M, K = rows.shape
     if prologue == "swiglu":
@@ -506,7 +509,7 @@ def linear(
     weight: (N, K), nn.Linear layout. bias: (N,) or None. gelu: the exact (erf) GELU.
     residual: (..., N) or None. out: preallocated (..., N) or None.
     rms_norm: (norm_weight, eps) to multiply rmsnorm(x) instead of x (as rmsnorm() would compute it).
-    precision: for fp32 inputs "tf32" or "ieee" (glm_asr_common/model/precision.py); ignored for bf16.
+    precision: for fp32 inputs "tf32" or "ieee" (glm_asr_course/model/precision.py); ignored for bf16.
     One row (decode, batch 1) runs gemv_kernel on the CUDA cores, with the RMSNorm fused in; up to
     SKINNY_MAX_M rows a 16-row tensor-core tile with split K; more rows the tiled GEMM.
     """
@@ -553,7 +556,7 @@ def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, prec
 
 
 def _self_check():
-    from glm_asr_common.course.self_check import SelfCheck
+    from glm_asr_course.kernels.self_check import SelfCheck
 
     check = SelfCheck("fast_linear.py", INTERPRET)
     on_gpu, device = check.on_gpu, check.device

@@ -19,17 +19,17 @@ Kernels: fast_linear.py (GEMM / GEMV), fast_attention.py, fast_rope.py, fast_hea
 course path: conv.py, glue.py (embedding, argmax helpers), layers.layernorm / rmsnorm, rope.rope_tables
 and rope.apply_rope (the encoder's rotation). FastGlmAsr below writes the launches in this track's
 conventions: conv stem, GEMM, encoder layer, decoder layers, head. The rest (weights, RoPE tables,
-the encoder stack, projector, embedding, logits) is FastPathModel's, glm_asr_common/model/fast_model.py,
+the encoder stack, projector, embedding, logits) is FastPathModel's, glm_asr_course/model/fast_model.py,
 which the cuTile fast path fills too.
 """
 
 import torch
 
-from glm_asr_common.model.config import ModelConfig
-from glm_asr_common.model.course_model import track_ops
-from glm_asr_common.model.fast_model import FastPathModel
-from glm_asr_common.model.precision import Precision
-from glm_asr_common.model.regions import region
+from glm_asr_course.model.config import ModelConfig
+from glm_asr_course.model.course_model import track_ops
+from glm_asr_course.model.fast_model import FastPathModel
+from glm_asr_course.model.precision import Precision
+from glm_asr_course.model.regions import region
 
 from .conv import conv1d
 from .fast_attention import decode_attention, flash_attention

@@ -3,24 +3,24 @@ KV-cache write in one launch (qkv_rope_gemv_kernel), where the course path runs 
 linear_kernel_tf32, apply_rope_kernel and glue.kv_cache_write_kernel. For a prompt (or a batch):
 the RMSNorm-prologue GEMM, then RoPE and the cache write in one launch (rope_qkv_to_cache_kernel).
 
-Self-check: python glm_asr_triton_example/fast_rope.py  (without a GPU: the Triton interpreter)
+Self-check: python -m glm_asr_triton_example.fast_rope  (without a GPU: the Triton interpreter)
 """
 
 
 import torch
+import triton
+import triton.language as tl
 
-if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/fast_rope.py
-    from _script import package_of
+from glm_asr_course.runtimes.triton_helpers import (
+    INTERPRET,
+    pdl_options,
+    release_consumer,
+    round_to,
+    rows_per_program,
+    wait_for_producer,
+)
 
-    __package__ = package_of(__file__)
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from ._triton_compat import (INTERPRET, pdl_options, release_consumer, round_to, rows_per_program,  # noqa: E402
-                             wait_for_producer)
-from .fast_linear import gemv_rows, linear, one_row_gemv_config  # noqa: E402
-
+from .fast_linear import gemv_rows, linear, one_row_gemv_config
 
 # ---------------------------------------------------------------------------------------------
 # RoPE and the KV-cache write fused: the prefill's (and any batch's) path
@@ -243,14 +243,14 @@ def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weigh
 
 
 # --------------------------------------------------------------------------------------------------
-# Self-check: python glm_asr_triton_example/fast_rope.py  (without a GPU: the Triton interpreter)
+# Self-check: python -m glm_asr_triton_example.fast_rope  (without a GPU: the Triton interpreter)
 # --------------------------------------------------------------------------------------------------
 
 
 def _self_check():
-    from glm_asr_common.course.self_check import SelfCheck
-
-    from glm_asr_common.reference.torch_ops import rope as torch_rope, rope_tables as torch_rope_tables
+    from glm_asr_course.kernels.self_check import SelfCheck
+    from glm_asr_course.reference.torch_ops import rope as torch_rope
+    from glm_asr_course.reference.torch_ops import rope_tables as torch_rope_tables
 
     check = SelfCheck("fast_rope.py", INTERPRET)
     on_gpu, dev = check.on_gpu, check.device

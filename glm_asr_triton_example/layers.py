@@ -6,8 +6,8 @@ These are the model's whole arithmetic apart from attention (attention.py), RoPE
 provided glue (glue.py, conv.py): the course model calls nothing else. Launchers take and return torch
 tensors; torch only allocates and makes views. Every kernel computes in fp32 and rounds to the
 activation dtype where transformers materialises a tensor of that dtype, so bf16 greedy decoding
-picks transformers' tokens. ``round_to`` (_triton_compat) is that cast: plain on the GPU,
-round-to-nearest-even under the interpreter too. ``dot`` (_triton_compat) is the GEMM's ``tl.dot``
+picks transformers' tokens. ``round_to`` (triton_helpers) is that cast: plain on the GPU,
+round-to-nearest-even under the interpreter too. ``dot`` (triton_helpers) is the GEMM's ``tl.dot``
 with two fixes: under the interpreter (TRITON_INTERPRET=1, Triton 3.6) ``tl.dot`` multiplies bf16
 operands as their raw 16-bit patterns, so ``dot`` widens them to fp32 first (exact); on a GPU a "tf32"
 ``tl.dot`` truncates fp32 operands to TF32, so ``dot`` rounds them to nearest first, as cuBLAS does.
@@ -17,17 +17,11 @@ Self-check: python glm_asr_triton_example/layers.py  (without a GPU it runs in t
 
 
 import torch
+import triton
+import triton.language as tl
 
-if __name__ == "__main__":  # run as a script: python glm_asr_triton_example/layers.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from glm_asr_common.model import launch_contracts  # noqa: E402
-
-from ._triton_compat import INTERPRET, as_rows, dot, round_to, rows_per_program, warps_for_row  # noqa: E402
+from glm_asr_course.model import launch_contracts
+from glm_asr_course.runtimes.triton_helpers import INTERPRET, as_rows, dot, round_to, rows_per_program, warps_for_row
 
 # Elementwise kernels: 2048 elements over 4 warps is 16 per thread, two or four 16-byte vectors (the
 # interpreter pays per program, so it takes far more at once).
@@ -294,8 +288,8 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return _launch_per_row(softmax_kernel, x)
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
-    from glm_asr_common.course.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_course/course/kernel_cases.py
+    from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))
 

@@ -1,10 +1,10 @@
-"""Checkpoint tensors → the layouts this track's kernels read (glm_asr_common.model.packed_weights): q|k|v and
+"""Checkpoint tensors → the layouts this track's kernels read (glm_asr_course.model.packed_weights): q|k|v and
 gate|up fused into one matrix each; the conv weights stay (C_out, C_in, 3), as conv.py reads them."""
 
 import torch
 
-from glm_asr_common.model.config import ModelConfig
-from glm_asr_common.model.packed_weights import Weights, pack_weights
+from glm_asr_course.model.config import ModelConfig
+from glm_asr_course.model.packed_weights import Weights, pack_weights
 
 
 def load_weights(cfg: ModelConfig, weights: dict[str, torch.Tensor], device, dtype) -> Weights:

@@ -1,4 +1,4 @@
-# Generated from glm_asr_triton_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
+# Generated from glm_asr_triton_example/ by glm_asr_lab/make_template.py. Your copy: fill in the TODO kernels.
 """Provided kernels of the course path that are not course work: data movement and the few bits of
 arithmetic that hold the model together. Each sits above its launcher.
 
@@ -20,18 +20,20 @@ Self-check: python glm_asr_triton_template/glue.py  (without a GPU: the Triton i
 
 
 import torch
+import triton
+import triton.language as tl
 
-if __name__ == "__main__":  # run as a script: python glm_asr_triton_template/glue.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from glm_asr_common.model import launch_contracts  # noqa: E402
-
-from ._triton_compat import (INTERPRET, as_rows, pdl_options, release_consumer,  # noqa: E402
-                             round_to, rows_per_program, wait_for_producer, warps_for_row)
+from glm_asr_course.model import launch_contracts
+from glm_asr_course.runtimes.triton_helpers import (
+    INTERPRET,
+    as_rows,
+    pdl_options,
+    release_consumer,
+    round_to,
+    rows_per_program,
+    wait_for_producer,
+    warps_for_row,
+)
 
 # Elementwise kernels: 2048 elements over 4 warps (the interpreter pays per program: far more at once).
 _ELEMENTWISE_BLOCK = 1 << 16 if INTERPRET else 2048
@@ -324,7 +326,7 @@ def argmax_rows(logits: torch.Tensor, banned_ids: torch.Tensor, suppress: torch.
     return _reduce_block_argmax(partial_max, partial_idx, out_ids)
 
 
-if __name__ == "__main__":  # the self-check: the glue's cases of glm_asr_common/course/kernel_cases.py
-    from glm_asr_common.course.self_check import main
+if __name__ == "__main__":  # the self-check: the glue's cases of glm_asr_course/course/kernel_cases.py
+    from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))

@@ -1,7 +1,7 @@
-# Generated from glm_asr_triton_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
-"""The course path: the course model both tracks run (glm_asr_common/model/course_model.py: read it
+# Generated from glm_asr_triton_example/ by glm_asr_lab/make_template.py. Your copy: fill in the TODO kernels.
+"""The course path: the course model both tracks run (glm_asr_course/model/course_model.py: read it
 top to bottom) on this folder's Triton kernels, found by their names (course_model.TrackOps)."""
 
-from glm_asr_common.model.course_model import model_loader
+from glm_asr_course.model.course_model import model_loader
 
 load_model = model_loader(__package__)

@@ -1,4 +1,4 @@
-# Generated from glm_asr_triton_example/ by utils/make_template.py. Your copy: fill in the TODO kernels.
+# Generated from glm_asr_triton_example/ by glm_asr_lab/make_template.py. Your copy: fill in the TODO kernels.
 """The course's RoPE kernels for GLM-ASR, in Triton: the rotary tables and the rotation, each above
 its launcher.
 
@@ -18,18 +18,12 @@ Self-check: python glm_asr_triton_template/rope.py  (without a GPU: the Triton i
 
 
 import torch
+import triton
+import triton.language as tl
+from glm_asr_course.kernels.todo_kernels import student_kernel  # noqa: E402
 
-if __name__ == "__main__":  # run as a script: python glm_asr_triton_template/rope.py
-    from _script import package_of
-
-    __package__ = package_of(__file__)
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from glm_asr_common.course.todo_kernels import student_kernel  # noqa: E402
-from glm_asr_common.model import launch_contracts  # noqa: E402
-
-from ._triton_compat import INTERPRET, round_to, rows_per_program  # noqa: E402
+from glm_asr_course.model import launch_contracts
+from glm_asr_course.runtimes.triton_helpers import INTERPRET, round_to, rows_per_program
 
 
 @student_kernel("compute_freqs_kernel", reference="glm_asr_triton_example.rope", guide="GUIDE.md#compute_freqs_kernel")
@@ -104,8 +98,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions:
     return x
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_common/course/kernel_cases.py
-    from glm_asr_common.course.self_check import main
+if __name__ == "__main__":  # the self-check: every case of glm_asr_course/course/kernel_cases.py
+    from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))
 

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: tiny random GLM-ASR checkpoints and test clips (glm_asr_common.reference.tiny_checkpoint).
+"""Shared pytest fixtures: tiny random GLM-ASR checkpoints and test clips (glm_asr_course.reference.tiny_checkpoint).
 
 All fixtures are session-scoped and written under ``tmp_path_factory``; building
 one takes well under a second once transformers is imported.
@@ -16,10 +16,14 @@ import torch
 # Without a GPU, Triton kernels run in the interpreter; it must be chosen before triton is imported.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+if os.environ.get("TRITON_INTERPRET") == "1":
+    from glm_asr_course.runtimes import triton_interpreter
+
+    triton_interpreter.apply_fixes()
 
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
-for _p in (str(REPO_ROOT), str(TESTS_DIR), str(REPO_ROOT / "utils")):
+for _p in (str(TESTS_DIR),):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
@@ -49,7 +53,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory) -> pathlib.Path:
     """Unsharded, float32 storage, untied lm_head (own tensor)."""
-    from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint
+    from glm_asr_course.reference.tiny_checkpoint import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt"), sharded=False, storage_dtype="float32",
                                  tie_word_embeddings=False, seed=0)
@@ -58,7 +62,7 @@ def tiny_ckpt(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def tiny_ckpt_sharded_bf16(tmp_path_factory) -> pathlib.Path:
     """Sharded (model.safetensors.index.json + >=3 shards), bfloat16 storage, untied."""
-    from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint
+    from glm_asr_course.reference.tiny_checkpoint import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt_sharded_bf16"), sharded=True,
                                  storage_dtype="bfloat16", tie_word_embeddings=False, seed=0)
@@ -67,7 +71,7 @@ def tiny_ckpt_sharded_bf16(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def tiny_ckpt_tied(tmp_path_factory) -> pathlib.Path:
     """Unsharded, float32 storage, lm_head tied to the embedding (no lm_head tensor on disk)."""
-    from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint
+    from glm_asr_course.reference.tiny_checkpoint import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt_tied"), sharded=False, storage_dtype="float32",
                                  tie_word_embeddings=True, seed=0)
@@ -76,7 +80,7 @@ def tiny_ckpt_tied(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def clips(tmp_path_factory) -> dict[str, pathlib.Path]:
     """{"short": 22.05 kHz stereo PCM_16 (~3.5 s), "long45": 45 s 16 kHz float32, "other": 5 s 16 kHz PCM_16}."""
-    from glm_asr_common.reference.tiny_checkpoint import make_clips
+    from glm_asr_course.reference.tiny_checkpoint import make_clips
 
     return make_clips(tmp_path_factory.mktemp("clips"))
 
@@ -84,7 +88,7 @@ def clips(tmp_path_factory) -> dict[str, pathlib.Path]:
 @pytest.fixture(scope="session")
 def tiny_ckpt_sharded_fp16(tmp_path_factory) -> pathlib.Path:
     """Sharded, float16 storage, untied: the third storage dtype the loader converts."""
-    from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint
+    from glm_asr_course.reference.tiny_checkpoint import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt_sharded_fp16"), sharded=True,
                                  storage_dtype="float16", tie_word_embeddings=False, seed=0)

@@ -1,15 +1,15 @@
-"""Helpers that run transformers' GlmAsr (glm_asr_common.reference.hf_model) and a track on the same
+"""Helpers that run transformers' GlmAsr (glm_asr_course.reference.hf_model) and a track on the same
 checkpoint and inputs."""
 
 import numpy as np
 import torch
 
-from glm_asr_common.model.frontend import ASRInputs, prepare_inputs
-from glm_asr_common.model.precision import get_precision
-from glm_asr_common.reference.hf_model import from_checkpoint
-from glm_asr_common.reference.hf_model import generate as hf_generate  # noqa: F401  (the tests' name for it)
-from glm_asr_common.reference.hf_model import model_inputs as hf_kwargs  # noqa: F401  (the tests' name for it)
-from glm_asr_common.tools.tracks import import_track, open_checkpoint
+from glm_asr_course.model.frontend import ASRInputs, prepare_inputs
+from glm_asr_course.model.precision import get_precision
+from glm_asr_course.reference.hf_model import from_checkpoint
+from glm_asr_course.reference.hf_model import generate as hf_generate  # noqa: F401  (the tests' name for it)
+from glm_asr_course.reference.hf_model import model_inputs as hf_kwargs  # noqa: F401  (the tests' name for it)
+from glm_asr_course.tracks import import_track, open_checkpoint
 
 _HF_CACHE = {}
 

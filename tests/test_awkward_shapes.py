@@ -4,7 +4,7 @@ and torch: no shape the model accepts may crash a kernel or change an id.
 * Tiny checkpoints whose head_dim is not a power of two (encoder 24 and 80, decoder 40 and 96) with
   odd hidden and intermediate sizes: every track path decodes transformers' greedy ids (IEEE fp32) on
   the test clip. (Clips of several windows run in tests/test_parity.py on the usual tiny checkpoint,
-  and at full size on the GPU in utils/gpu_clips.py.)
+  and at full size on the GPU in glm_asr_lab/gpu/clips.py.)
 * Attention at the encoder's window lengths and beyond (1500, 1501, 3000 keys) with head_dim 24:
   the Triton course kernels (scores → in-place softmax → P·V) and the fast path's flash attention.
 
@@ -14,9 +14,9 @@ The GPU script (utils/gpu_check.sh kernels) runs this file on the GPU too.
 import pytest
 import torch
 
-from glm_asr_common.model.audio import load_audio
-from glm_asr_common.tools.tracks import REPO_ROOT
-from glm_asr_common.reference.tiny_checkpoint import build_tiny_checkpoint
+from glm_asr_course.model.audio import load_audio
+from glm_asr_course.tracks import REPO_ROOT
+from glm_asr_course.reference.tiny_checkpoint import build_tiny_checkpoint
 from parity import DEVICE, hf_generate, hf_model, inputs_for, track_model
 from tracks import TRACKS
 

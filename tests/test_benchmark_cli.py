@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import benchmark_student
-from glm_asr_common.errors import run_cli
+from glm_asr_course.errors import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ def assert_usage_error(argv, capsys, *fragments):
 def unmarked_ckpt(tiny_ckpt, tmp_path):
     """The tiny checkpoint without the mark of random weights in its config.json: to the tools, a real
     checkpoint of unknown quality, checked by its transcript."""
-    from glm_asr_common.model.checkpoint import RANDOM_WEIGHTS_MARK
+    from glm_asr_course.model.checkpoint import RANDOM_WEIGHTS_MARK
 
     target = tmp_path / "unmarked"
     shutil.copytree(tiny_ckpt, target)
@@ -96,8 +96,8 @@ def test_a_tiny_checkpoint_is_checked_by_its_ids(folder, tiny_ckpt, tmp_path, ca
     """No true transcript exists for random weights: the verdict is transformers' IEEE fp32 ids, run
     here on the same checkpoint with the same token limits; the CPU default precision is fp32."""
     from parity import hf_generate, hf_model, inputs_for
-    from glm_asr_common.model.audio import load_audio
-    from glm_asr_common.tools.tracks import open_checkpoint
+    from glm_asr_course.model.audio import load_audio
+    from glm_asr_course.tracks import open_checkpoint
 
     out_json = tmp_path / "out.json"
     code, out, err = run_main([folder, "--model", str(tiny_ckpt), "--max-new-tokens", "6", "--min-new-tokens", "6",
@@ -127,7 +127,7 @@ def test_other_ids_fail_an_fp32_run_and_inform_a_bf16_one(tiny_ckpt, monkeypatch
     """transformers' ids made to differ from the third token on: the first difference is named; an fp32
     run exits 1, a bf16 run (rounding may flip a near-tie: on this checkpoint it does, at token 2)
     prints the line for information and exits 0."""
-    from glm_asr_common.reference import hf_model
+    from glm_asr_course.reference import hf_model
 
     generate = hf_model.HFTrack.generate
 
@@ -171,8 +171,8 @@ def test_cpu_defaults_are_few_tokens_one_run_and_say_so(tiny_ckpt, capsys):
     ("glm_asr_cutile_example", "cupy", "NumPy multiplies in IEEE fp32, so the results are fp32's"),
 ])
 def test_tf32_on_a_cpu_says_what_the_cpu_does(folder, path, runner):
-    from glm_asr_common.tools.command_line import precision_description
-    from glm_asr_common.model.precision import PRECISIONS
+    from glm_asr_course.command_line import precision_description
+    from glm_asr_course.model.precision import PRECISIONS
 
     said = precision_description(PRECISIONS["tf32"], "cpu", folder, path)
     assert said == f"fp32 weights and activations; a CPU has no tensor cores: {runner}"
@@ -183,7 +183,7 @@ def test_tf32_on_a_cpu_says_what_the_cpu_does(folder, path, runner):
 @pytest.mark.parametrize("tied", [False, True])
 def test_random_weights_follow_the_init_table(tiny_ckpt, tied):
     """--random-weights: the scales of RANDOM_INIT_SCALES, every expected tensor, seeded."""
-    from glm_asr_common.model.checkpoint import RANDOM_INIT_SCALES as scales, expected_shapes, random_weights, read_config
+    from glm_asr_course.model.checkpoint import RANDOM_INIT_SCALES as scales, expected_shapes, random_weights, read_config
 
     cfg = read_config(tiny_ckpt)
     if tied:
@@ -279,12 +279,12 @@ def test_hub_id_offline_and_not_cached_names_the_cpu_route(tmp_path, capsys, mon
     monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     assert_usage_error(["glm_asr_scratch", "--model", "zai-org/GLM-ASR-Nano-2512", "--device", "cpu"], capsys,
                        "cannot get zai-org/GLM-ASR-Nano-2512 from the Hugging Face hub (HF_HUB_OFFLINE is set",
-                       "python -m glm_asr_common.reference.tiny_checkpoint /tmp/tiny && ./benchmark.sh glm_asr_scratch "
+                       "python -m glm_asr_course.reference.tiny_checkpoint /tmp/tiny && ./benchmark.sh glm_asr_scratch "
                        "--model /tmp/tiny")
 
 
 def test_without_the_hub_a_gpu_is_sent_to_random_weights():
-    from glm_asr_common.tools.command_line import route_without_hub
+    from glm_asr_course.command_line import route_without_hub
 
     assert route_without_hub("glm_asr_triton_example", "cuda").startswith(
         "run on full-size random weights with --random-weights")
@@ -388,7 +388,7 @@ def repo_with_placeholder(tmp_path):
 
 
 def test_placeholder_folder_says_so(repo_with_placeholder, monkeypatch, capsys):
-    from glm_asr_common.tools import tracks
+    from glm_asr_lab.grading import tracks
 
     monkeypatch.setattr(tracks, "REPO_ROOT", repo_with_placeholder)
     assert_usage_error(["glm_asr_future"], capsys, "placeholder", "glm_asr_future/README.md")

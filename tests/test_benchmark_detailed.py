@@ -20,9 +20,9 @@ if not torch.cuda.is_available():  # before anything imports triton: its kernels
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import benchmark_detailed  # noqa: E402
-from glm_asr_common.measure import breakdown, components, micro, operators, plots, roofline, trace  # noqa: E402
-from glm_asr_common.model.config import ModelConfig  # noqa: E402
-from glm_asr_common.errors import run_cli  # noqa: E402
+from glm_asr_lab.measure import breakdown, components, micro, operators, plots, roofline, trace  # noqa: E402
+from glm_asr_course.model.config import ModelConfig  # noqa: E402
+from glm_asr_course.errors import run_cli  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENS = 4
@@ -157,7 +157,7 @@ REAL = dict(enc_h=1280, enc_i=5120, enc_layers=32, enc_heads=20, enc_d=64, mels=
 
 @pytest.fixture(scope="module")
 def real_cfg():
-    from glm_asr_common.model.checkpoint import default_config_dict
+    from glm_asr_course.model.checkpoint import default_config_dict
 
     cfg = ModelConfig.from_dict(default_config_dict())
     e, d = cfg.encoder, cfg.decoder
@@ -627,7 +627,7 @@ def test_component_mapping_of_nested_regions():
 
 
 def test_timer_warms_up_repeats_and_returns_the_result():
-    from glm_asr_common.measure import timer
+    from glm_asr_lab.measure import timer
 
     calls = []
     times = timer.time_repeats(lambda: calls.append(1), "cpu", warmup=2, repeats=3, flush=True, graph=True)
@@ -638,9 +638,9 @@ def test_timer_warms_up_repeats_and_returns_the_result():
 
 
 def test_region_timer_splits_a_run():
-    from glm_asr_common.measure.components import RegionTimer, summarize
-    from glm_asr_common.model import regions
-    from glm_asr_common.model.regions import region
+    from glm_asr_lab.measure.components import RegionTimer, summarize
+    from glm_asr_course.model import regions
+    from glm_asr_course.model.regions import region
 
     with RegionTimer("cpu") as timer:
         with region("encoder"):

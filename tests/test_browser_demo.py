@@ -26,7 +26,7 @@ CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 if not (CHROMIUM and CHROMEDRIVER):
     pytest.skip("Chromium is not installed (apt-get install chromium chromium-driver; .ci/run does it)",
                 allow_module_level=True)
-pytest.importorskip("selenium", reason="selenium is not installed (requirements.txt; source utils/setup-triton.sh)")
+pytest.importorskip("selenium", reason="selenium is not installed (the test extra of pyproject.toml; source utils/setup-triton.sh)")
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
@@ -159,10 +159,10 @@ def metric(card: str, label: str) -> str:
 
 def reference_text(cache: str) -> str:
     """transformers' greedy transcript of the test clip on the page's tiny checkpoint, in fp32."""
-    from glm_asr_common.model.audio import load_audio
-    from glm_asr_common.model.frontend import decode
-    from glm_asr_common.tools.tracks import open_checkpoint
-    from glm_asr_common.reference.tiny_checkpoint import cached_tiny_checkpoint
+    from glm_asr_course.model.audio import load_audio
+    from glm_asr_course.model.frontend import decode
+    from glm_asr_course.tracks import open_checkpoint
+    from glm_asr_course.reference.tiny_checkpoint import cached_tiny_checkpoint
     from parity import hf_generate, hf_model, inputs_for
 
     with pytest.MonkeyPatch.context() as env:

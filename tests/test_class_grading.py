@@ -1,6 +1,6 @@
-"""The class grader, ``./benchmark.sh --grade`` (glm_asr_common/tools/class_grading.py), on a synthetic class.
+"""The class grader, ``./benchmark.sh --grade`` (glm_asr_course/tools/class_grading.py), on a synthetic class.
 
-Seven student copies of the cuTile template (utils/synthetic_class.py): one correct, one with a subtly
+Seven student copies of the cuTile template (glm_asr_lab/synthetic_class.py): one correct, one with a subtly
 wrong kernel (GELU by the tanh approximation), one with a TODO left, one that raises at import, one
 that sleeps past --time-limit, one that prints megabytes, one that overwrites the grader's grades.csv
 and another student's result. Graded on the CPU (the cuTile emulator) with the tiny checkpoint, two new
@@ -16,20 +16,18 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from glm_asr_common.errors import run_cli
-from glm_asr_common.tools import class_grading
+from glm_asr_course.errors import run_cli
+from glm_asr_lab.grading import class_grading
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "utils"))
 
-import synthetic_class  # noqa: E402
+from glm_asr_lab import synthetic_class
 
 LIMIT_S = 60  # a correct submission takes ~10 s here, on a loaded machine a few times that
 EXPECTED = {"correct": "PASS", "wrong": "FAIL", "todo": "TODO", "crash": "CRASH", "sleeper": "TIMEOUT",
@@ -99,7 +97,7 @@ def test_a_submission_cannot_write_the_grades_or_another_result(graded):
     # Each result records the fingerprint of what it was judged with (clip, checkpoint, case table, ...).
     plan = json.loads((out / "plan.json").read_text())
     assert stored["fingerprint"] == plan["fingerprint"]
-    assert any(name.endswith("glm_asr_common/course/kernel_cases.py") for name in plan["judged_files"])
+    assert any(name.endswith("glm_asr_course/course/kernel_cases.py") for name in plan["judged_files"])
 
 
 def test_class_tables(graded):
@@ -154,7 +152,7 @@ def test_an_interrupt_stops_the_workers_and_keeps_the_results(graded, tiny_ckpt,
     assert grader.returncode == 130, stdout + stderr
     assert "interrupted: the results so far are kept in" in stderr and "Traceback" not in stderr
     assert (out / "results" / "sleeper.json").read_text() == before
-    workers = subprocess.run(["pgrep", "-f", "glm_asr_common.tools.grading_worker.*sleeper"], capture_output=True)
+    workers = subprocess.run(["pgrep", "-f", "glm_asr_lab.grading.grading_worker.*sleeper"], capture_output=True)
     assert workers.returncode == 1, "a worker outlived the interrupted grader"
 
 
@@ -232,6 +230,6 @@ def test_a_slurm_plan_is_for_the_nodes_gpus(tmp_path):
     ((1.00, 0.00, 1), (2.00, 0.00, 1), False),    # one run each: no spread to judge by
 ])
 def test_faster_means_beyond_the_noise(mine, base, faster):
-    from glm_asr_common.tools.class_report import clearly_faster
+    from glm_asr_lab.grading.class_report import clearly_faster
 
     assert clearly_faster(mine, base) is faster

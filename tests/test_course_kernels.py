@@ -1,4 +1,4 @@
-"""The course kernels of both tracks against the one case table (glm_asr_common.course.kernel_cases), the
+"""The course kernels of both tracks against the one case table (glm_asr_course.kernels.kernel_cases), the
 table the kernel files' self-checks and the grader run too.
 
 * Every case passes on each example (the solution), and on each real template for the kernels a
@@ -26,10 +26,10 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from glm_asr_common.course import self_check
-from glm_asr_common.course import todo_kernels  # noqa: E402
-from glm_asr_common.course.kernel_cases import BF16, CASES, Close, Faithful  # noqa: E402
-from cutile_compile_check import toolchain_missing  # noqa: E402
+from glm_asr_course.kernels import self_check
+from glm_asr_course.kernels import todo_kernels  # noqa: E402
+from glm_asr_course.kernels.kernel_cases import BF16, CASES, Close, Faithful  # noqa: E402
+from glm_asr_lab.cutile_compile_check import toolchain_missing
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = ("glm_asr_triton_example", "glm_asr_cutile_example")
@@ -191,8 +191,8 @@ def test_a_raising_kernel_is_a_fail_row_and_the_next_case_runs(capsys):
 
 def test_every_cutile_case_signature_compiles_for_sm_90(tmp_path):
     """The cases' launches, recorded by the emulator in a process of their own, compiled by the real
-    cuda.tile for sm_90 (utils/cutile_compile_check.py prints a line per signature as it goes)."""
-    from glm_asr_common.runtimes.cutile import MODE
+    cuda.tile for sm_90 (glm_asr_lab/cutile_compile_check.py prints a line per signature as it goes)."""
+    from glm_asr_course.runtimes.cutile import MODE
 
     if MODE != "emulate":
         pytest.skip("on a GPU the cases compile every signature as they launch")
@@ -208,7 +208,7 @@ def test_every_cutile_case_signature_compiles_for_sm_90(tmp_path):
     kernels = self_check.load_track("glm_asr_cutile_example").student_kernels
     recorded = [s for s in json.loads(signatures.read_text()) if s["kernel"].rsplit(".", 1)[1] in kernels]
     signatures.write_text(json.dumps(recorded))
-    result = subprocess.run([sys.executable, str(REPO / "utils" / "cutile_compile_check.py"), "--signatures",
+    result = subprocess.run([sys.executable, "-m", "glm_asr_lab.cutile_compile_check", "--signatures",
                              str(signatures)], cwd=REPO, capture_output=True, text=True, timeout=900)
     print(result.stdout[-3000:])
     assert result.returncode == 0, result.stdout + result.stderr

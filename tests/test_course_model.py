@@ -1,4 +1,4 @@
-"""The course model (glm_asr_common/model/course_model.py), shared by both tracks: its attention,
+"""The course model (glm_asr_course/model/course_model.py), shared by both tracks: its attention,
 composed of each track's three attention kernels and provided mask, against float64 torch at many
 shapes (head sizes that are not powers of two: 24, 40, 80, 96), in IEEE fp32 and bf16; and the
 binding itself (every track folder provides every operation the model calls).
@@ -16,9 +16,9 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from glm_asr_common.model import course_model  # noqa: E402
-from glm_asr_common.reference import torch_ops  # noqa: E402
-from glm_asr_common.tools.tracks import track_folders  # noqa: E402
+from glm_asr_course.model import course_model  # noqa: E402
+from glm_asr_course.reference import torch_ops  # noqa: E402
+from glm_asr_course.tracks import track_folders  # noqa: E402
 
 TRACKS = ("glm_asr_triton_example", "glm_asr_cutile_example")
 DTYPES = [torch.float32, torch.bfloat16]

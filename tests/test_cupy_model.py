@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from glm_asr_common.model.audio import load_audio
-from glm_asr_common.errors import UserError
-from glm_asr_common.model.frontend import prepare_inputs
-from glm_asr_common.tools.tracks import import_track, open_checkpoint
-from glm_asr_common.reference.tiny_checkpoint import TEST_AUDIO
+from glm_asr_course.model.audio import load_audio
+from glm_asr_course.errors import UserError
+from glm_asr_course.model.frontend import prepare_inputs
+from glm_asr_course.tracks import import_track, open_checkpoint
+from glm_asr_course.reference.tiny_checkpoint import TEST_AUDIO
 from parity import rel_err
 
 cupy_model = import_track("glm_asr_cutile_example", "cupy", "cpu")
@@ -101,7 +101,7 @@ def test_benchmark_detailed_times_the_baseline_beside_the_kernels(tiny_ckpt, tmp
 
 
 def test_benchmark_detailed_refuses_a_track_twice(capsys):
-    from glm_asr_common.errors import run_cli
+    from glm_asr_course.errors import run_cli
 
     import benchmark_detailed
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from glm_asr_common.model.audio import load_audio
-from glm_asr_common.runtimes.cutile import MODE, recorded_signatures, write_signatures
+from glm_asr_course.model.audio import load_audio
+from glm_asr_course.runtimes.cutile import MODE, recorded_signatures, write_signatures
 from parity import inputs_for, track_model
-from cutile_compile_check import toolchain_missing
+from glm_asr_lab.cutile_compile_check import toolchain_missing
 
 REPO = Path(__file__).resolve().parent.parent
 COURSE = "glm_asr_cutile_example:course"
@@ -34,9 +34,9 @@ COURSE_MODULES = tuple(f"glm_asr_cutile_example.{m}" for m in ("layers", "attent
 def full_width_model(precision: str):
     """The course model at the real checkpoint's widths (transformers' default GlmAsrConfig: hidden
     1280 / 2048, 20 / 16+4 heads, vocabulary 59 264), one encoder and one decoder layer, random weights."""
-    from glm_asr_common.model.checkpoint import default_config_dict, random_weights
-    from glm_asr_common.model.config import ModelConfig
-    from glm_asr_common.model.precision import get_precision
+    from glm_asr_course.model.checkpoint import default_config_dict, random_weights
+    from glm_asr_course.model.config import ModelConfig
+    from glm_asr_course.model.precision import get_precision
     from glm_asr_cutile_example.model import load_model
 
     cfg = ModelConfig.from_dict(default_config_dict())
@@ -57,8 +57,8 @@ def test_course_path_signatures_compile_for_sm_90(tiny_ckpt, clips, tmp_path, mo
     missing = toolchain_missing()
     if missing:
         pytest.skip(missing)
-    from glm_asr_common.runtimes import cutile_emulator
-    from glm_asr_common.model.frontend import prepare_inputs
+    import cutile_emulator.emulator as cutile_emulator
+    from glm_asr_course.model.frontend import prepare_inputs
 
     emulate_grid = cutile_emulator.launch
     with monkeypatch.context() as patch:
@@ -72,7 +72,7 @@ def test_course_path_signatures_compile_for_sm_90(tiny_ckpt, clips, tmp_path, mo
     signatures = [s for s in recorded_signatures() if s["kernel"].rsplit(".", 1)[0] in COURSE_MODULES]
     record = tmp_path / "signatures.json"
     write_signatures(record, signatures)
-    result = subprocess.run([sys.executable, str(REPO / "utils" / "cutile_compile_check.py"), "--signatures",
+    result = subprocess.run([sys.executable, "-m", "glm_asr_lab.cutile_compile_check", "--signatures",
                              str(record)], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     compiled = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("PASS")}

@@ -1,7 +1,7 @@
 """cuTile semantics that the course kernels rely on, checked on small kernels written for the test.
 
-Without a GPU these kernels run in the CPU emulator (glm_asr_common/runtimes/cutile_emulator.py); on a GPU,
-glm_asr_common.runtimes.cutile hands them to the real cuda.tile, so the same assertions check that
+Without a GPU these kernels run in the CPU emulator (cutile_emulator/emulator.py); on a GPU,
+glm_asr_course.runtimes.cutile hands them to the real cuda.tile, so the same assertions check that
 the emulator's semantics are the real ones. Expected values come from torch, computed independently
 of both. Tests about the emulator itself (its error lines, its launch record, what it refuses) run
 in emulation only.
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from glm_asr_common.runtimes import cutile as cutile_runtime
-from glm_asr_common.course import todo_kernels
-from glm_asr_common.runtimes.cutile import MODE, ct, launch
+from glm_asr_course.runtimes import cutile as cutile_runtime
+from glm_asr_course.kernels import todo_kernels
+from glm_asr_course.runtimes.cutile import MODE, ct, launch
 
 REPO = Path(__file__).resolve().parent.parent
 DEV = "cuda" if MODE == "gpu" else "cpu"
@@ -516,7 +516,7 @@ def test_compile_mode_refuses_launches_in_one_line(monkeypatch):
 
 def test_an_unknown_mode_is_one_error_line():
     env = dict(os.environ, GLM_ASR_CUTILE="fast")
-    result = subprocess.run([sys.executable, "-c", "import glm_asr_common.runtimes.cutile"], cwd=REPO, env=env,
+    result = subprocess.run([sys.executable, "-c", "import glm_asr_course.runtimes.cutile"], cwd=REPO, env=env,
                             capture_output=True, text=True)
     assert result.returncode != 0
     assert "GLM_ASR_CUTILE='fast': expected one of gpu, emulate, compile" in result.stderr

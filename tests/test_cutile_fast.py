@@ -16,14 +16,14 @@ import sys
 import pytest
 import torch
 
-from glm_asr_common.runtimes.cutile import MODE, recorded_signatures, write_signatures
-from glm_asr_common.tools.tracks import path_summary, resolve_path
-from glm_asr_common.reference.torch_ops import attention as torch_attention
-from glm_asr_common.reference.torch_ops import rope as torch_rope
-from glm_asr_common.reference.torch_ops import rope_tables as torch_rope_tables
+from glm_asr_course.runtimes.cutile import MODE, recorded_signatures, write_signatures
+from glm_asr_course.tracks import path_summary, resolve_path
+from glm_asr_course.reference.torch_ops import attention as torch_attention
+from glm_asr_course.reference.torch_ops import rope as torch_rope
+from glm_asr_course.reference.torch_ops import rope_tables as torch_rope_tables
 from glm_asr_cutile_example import fast_attention, fast_head, fast_linear, fast_rope
 from glm_asr_cutile_example.layers import rmsnorm
-from cutile_compile_check import REPO, toolchain_missing
+from glm_asr_lab.cutile_compile_check import REPO, toolchain_missing
 
 DEV = "cuda" if MODE == "gpu" else "cpu"
 FP32, BF16 = torch.float32, torch.bfloat16
@@ -241,7 +241,7 @@ def test_every_fast_path_signature_compiles_for_sm_90(tmp_path):
                 chosen[key] = s
     signatures = tmp_path / "signatures.json"
     write_signatures(signatures, list(chosen.values()))
-    result = subprocess.run([sys.executable, str(REPO / "utils" / "cutile_compile_check.py"), "--signatures",
+    result = subprocess.run([sys.executable, "-m", "glm_asr_lab.cutile_compile_check", "--signatures",
                              str(signatures)], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     compiled = {line.split()[1].rsplit(".", 1)[1] for line in result.stdout.splitlines() if line.startswith("PASS")}

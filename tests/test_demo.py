@@ -17,8 +17,8 @@ import torch
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from glm_asr_common.model.audio import read_audio  # noqa: E402
-from glm_asr_common.model.frontend import decode  # noqa: E402
+from glm_asr_course.model.audio import read_audio  # noqa: E402
+from glm_asr_course.model.frontend import decode  # noqa: E402
 from parity import hf_generate, hf_model, inputs_for  # noqa: E402
 from tracks import TRACKS  # noqa: E402
 
@@ -34,8 +34,8 @@ TEMPLATE = "glm_asr_triton_template"
 @pytest.fixture(scope="module")
 def page_checkpoint(tmp_path_factory):
     """The tiny checkpoint the page builds, in a cache folder of this test session."""
-    from glm_asr_common.tools.tracks import open_checkpoint
-    from glm_asr_common.reference.tiny_checkpoint import cached_tiny_checkpoint
+    from glm_asr_course.tracks import open_checkpoint
+    from glm_asr_course.reference.tiny_checkpoint import cached_tiny_checkpoint
 
     mp = pytest.MonkeyPatch()
     mp.setenv("GLM_ASR_CACHE", str(tmp_path_factory.mktemp("glm_asr_cache")))

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from glm_asr_common.runtimes import cutile as cutile_runtime
-from glm_asr_common.model.audio import load_audio
+from glm_asr_course.runtimes import cutile as cutile_runtime
+from glm_asr_course.model.audio import load_audio
 from parity import inputs_for, track_model
 
 # What "allocate, view, copy in and launch" may call. Anything else is arithmetic done by torch.
@@ -23,7 +23,7 @@ ALLOWED = {
     "tolist",
     # metadata-only calls the Triton interpreter makes when it hands tensors to NumPy on a CPU
     "set_", "detach_", "new_empty", "resolve_conj", "resolve_neg", "to",
-    # profiler ranges (glm_asr_common.model.regions.region), not arithmetic
+    # profiler ranges (glm_asr_course.model.regions.region), not arithmetic
     "_record_function_enter_new", "_record_function_exit",
 }
 

@@ -17,13 +17,13 @@ whole full-size model would take hours in the interpreter.
 import pytest
 import torch
 
-from glm_asr_common.model.audio import load_audio
-from glm_asr_common.model.checkpoint import default_config_dict, random_weights
-from glm_asr_common.model.config import ModelConfig
-from glm_asr_common.model.frontend import prepare_inputs
-from glm_asr_common.reference.hf_model import HFTrack
-from glm_asr_common.model.precision import PRECISIONS
-from glm_asr_common.tools.tracks import REPO_ROOT, import_track
+from glm_asr_course.model.audio import load_audio
+from glm_asr_course.model.checkpoint import default_config_dict, random_weights
+from glm_asr_course.model.config import ModelConfig
+from glm_asr_course.model.frontend import prepare_inputs
+from glm_asr_course.reference.hf_model import HFTrack
+from glm_asr_course.model.precision import PRECISIONS
+from glm_asr_course.tracks import REPO_ROOT, import_track
 from parity import rel_err
 
 FOLDER = "glm_asr_triton_example"

@@ -1,5 +1,5 @@
 """utils/gpu_check.sh's fastpath part on a CPU: transformers' anchors (measure.transformers_anchor.time_generate),
-utils/gpu_fastpath.py at a tiny checkpoint's size, and the summary's tables (utils/gpu_summary.py) from it, from
+glm_asr_lab/gpu/fastpath.py at a tiny checkpoint's size, and the summary's tables (glm_asr_lab/gpu/summary.py) from it, from
 a stored H100 report and from made-up micro-benchmarks."""
 
 import gzip
@@ -10,12 +10,12 @@ import sys
 
 import pytest
 
-from glm_asr_common.model.audio import load_audio
-from glm_asr_common.model.precision import PRECISIONS
-from glm_asr_common.measure.transformers_anchor import time_generate
+from glm_asr_course.model.audio import load_audio
+from glm_asr_course.model.precision import PRECISIONS
+from glm_asr_lab.measure.transformers_anchor import time_generate
 from parity import hf_generate, hf_model, inputs_for, track_model
 
-import gpu_summary
+from glm_asr_lab.gpu import summary as gpu_summary
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H100_CUTILE_RUN = os.path.join(REPO, "docs", "gpu_runs", "2026-11-23-h100-cutile-fast", "run3_detailed_bf16.json.gz")
@@ -47,7 +47,7 @@ def test_fastpath_tool_and_its_table_at_tiny_size(tiny_ckpt, tmp_path):
     out = tmp_path / "out"
     (out / "fastpath").mkdir(parents=True)
     env = dict(os.environ, GLM_ASR_CACHE_DIR=str(tmp_path / "cache"))
-    common = [sys.executable, os.path.join(REPO, "utils", "gpu_fastpath.py"), "--device", "cpu", "--config",
+    common = [sys.executable, "-m", "glm_asr_lab.gpu.fastpath", "--device", "cpu", "--config",
               str(tiny_ckpt), "--tokens", "3", "--warmup", "0", "--runs", "2", "--ieee-runs", "1",
               "--jsonl", str(out / "fastpath.jsonl")]
     timings = ("glm_asr_triton_example:fast@bf16,glm_asr_cutile_example:fast@bf16,glm_asr_triton_example:fast@fp32,"

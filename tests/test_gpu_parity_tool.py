@@ -1,4 +1,4 @@
-"""The teacher-forced regret utils/gpu_parity.py judges the decode path by (glm_asr_common.reference.hf_model),
+"""The teacher-forced regret glm_asr_lab/gpu/parity.py judges the decode path by (glm_asr_course.reference.hf_model),
 on a tiny checkpoint, and its verdicts on the rows of a recorded GPU run."""
 
 import json
@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from glm_asr_common.model.audio import load_audio
-from glm_asr_common.reference.hf_model import teacher_forced_regret
+from glm_asr_course.model.audio import load_audio
+from glm_asr_course.reference.hf_model import teacher_forced_regret
 from parity import hf_generate, hf_kwargs, hf_model, inputs_for, track_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

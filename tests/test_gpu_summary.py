@@ -1,10 +1,10 @@
-"""utils/gpu_summary.py's steps table, read from a recorded GPU run's log (the first run of gpu_check.sh robust,
+"""glm_asr_lab/gpu/summary.py's steps table, read from a recorded GPU run's log (the first run of gpu_check.sh robust,
 H200, 2026-11-26): every step with its exit, its seconds and its result line; failures stand out."""
 
 import os
 import shutil
 
-import gpu_summary
+from glm_asr_lab.gpu import summary as gpu_summary
 
 RUN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "gpu_runs",
                    "2026-11-26-h200-robust-first")

@@ -19,11 +19,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "utils"))
 
-import make_template  # noqa: E402
+from glm_asr_lab import make_template
 
-from glm_asr_common.errors import run_cli  # noqa: E402
+from glm_asr_course.errors import run_cli  # noqa: E402
 from glm_asr_triton_example import STUDENT_KERNELS  # noqa: E402
 
 # A folder of the repository only while this test runs (git-ignored); its own name, so that no other
@@ -150,7 +149,7 @@ def test_compare_of_right_kernels_leads_with_equal_ids(tiny_ckpt, tmp_path, caps
 
 def test_compare_on_the_unfinished_template_still_writes_its_report(tiny_ckpt, tmp_path, capsys):
     import benchmark_student
-    from glm_asr_common.course.todo_kernels import TodoKernel
+    from glm_asr_course.kernels.todo_kernels import TodoKernel
 
     todo = [k for k in STUDENT_KERNELS if any(isinstance(getattr(importlib.import_module(f"glm_asr_triton_template.{m}"),
                                                                  k, None), TodoKernel) for m in ("layers", "attention", "rope"))]

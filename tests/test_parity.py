@@ -9,7 +9,7 @@ the test clip, a 45 s clip (two windows) and a batch of two different clips.
 import pytest
 import torch
 
-from glm_asr_common.model.audio import load_audio
+from glm_asr_course.model.audio import load_audio
 from parity import hf_generate, hf_kwargs, hf_model, inputs_for, rel_err, track_model, valid_audio_rows
 from tracks import DEFAULT_TRACKS, TRACKS
 

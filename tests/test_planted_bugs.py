@@ -1,8 +1,8 @@
-"""Every planted bug (tests/planted_bugs.toml) is caught by its kernel's own self-check.
+"""Every planted bug (glm_asr_lab/planted_bugs.toml) is caught by its kernel's own self-check.
 
 Each bug is a small edit of the example's kernel, applied to a fresh copy of the track (the filled
 template under a package name of its own); the copy's self-check cases for that kernel
-(glm_asr_common.course.kernel_cases, as ``python layers.py KERNEL`` runs them) must report a FAIL row,
+(glm_asr_course.kernels.kernel_cases, as ``python layers.py KERNEL`` runs them) must report a FAIL row,
 on a CPU and on a GPU alike. One bug per track also runs as the student would, as a script, which
 must exit 1 naming the failure.
 """
@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from glm_asr_common.course import self_check
-from planted_bugs import PLANTED
+from glm_asr_course.kernels import self_check
+from glm_asr_lab.planted_bugs import PLANTED
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "utils"))
-import make_template  # noqa: E402
+from glm_asr_lab import make_template
 
 @pytest.fixture(scope="module")
 def planted_root(tmp_path_factory):
@@ -90,10 +89,10 @@ def test_every_course_kernel_has_planted_bugs():
 
 
 def test_readme_counts_the_planted_bugs():
-    """README's table of planted bugs states the counts of tests/planted_bugs.toml."""
+    """README's table of planted bugs states the counts of glm_asr_lab/planted_bugs.toml."""
     readme = (REPO / "README.md").read_text()
     total = sum(len(bugs) for bugs in PLANTED.values())
-    assert f"`tests/planted_bugs.toml` holds {total} typical wrong" in readme
+    assert f"`glm_asr_lab/planted_bugs.toml` holds {total} typical wrong" in readme
     for track, label in (("triton", "Triton (interpreter)"), ("cutile", "cuTile (emulator)")):
         count = len(PLANTED[track])
         assert f"| {label} | {count} | {count} |" in readme, f"README's {label} row is stale"

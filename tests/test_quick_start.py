@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from glm_asr_common.model.checkpoint import default_config_dict
-from glm_asr_common.tools.command_line import INTERPRETED_MAX_PARAMETERS, refuse_interpreted_full_size, parameter_count
-from glm_asr_common.model.config import ModelConfig
-from glm_asr_common.errors import UserError
-from glm_asr_common.tools.tracks import open_checkpoint
+from glm_asr_course.model.checkpoint import default_config_dict
+from glm_asr_course.command_line import INTERPRETED_MAX_PARAMETERS, refuse_interpreted_full_size, parameter_count
+from glm_asr_course.model.config import ModelConfig
+from glm_asr_course.errors import UserError
+from glm_asr_course.tracks import open_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TINY_ROUTE = ("python -m glm_asr_common.reference.tiny_checkpoint /tmp/tiny && "
+TINY_ROUTE = ("python -m glm_asr_course.reference.tiny_checkpoint /tmp/tiny && "
               "./benchmark.sh glm_asr_triton_example --model /tmp/tiny")
 
 

@@ -1,5 +1,5 @@
 """The cluster tools on a real Slurm: show_tunnel.sh with a running job, utils/slurm/*.sbatch run as
-jobs, glm_asr_common.tools.slurm's job array with its collect job, and the class grader's array
+jobs, glm_asr_lab.grading.slurm's job array with its collect job, and the class grader's array
 (./benchmark.sh --grade --slurm).
 
 They need a Slurm whose node answers, with a GPU gres: `bash utils/ci/start_slurm.sh` (as root)
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from glm_asr_common.tools import slurm
-from glm_asr_common.errors import UserError
+from glm_asr_lab.grading import slurm
+from glm_asr_course.errors import UserError
 from test_slurm_offline import assert_one_error_line, run_show_tunnel
 
 REPO = Path(__file__).resolve().parent.parent
@@ -220,8 +220,7 @@ def test_class_grading_as_a_job_array(submitted, tiny_ckpt, clips, tmp_path):
     """./benchmark.sh --grade --slurm: one array task per submission and baseline, then the collect job
     builds the table; grading the same class locally afterwards runs nothing (the results' keys match)
     and builds the same table. (The statuses of every kind of submission: tests/test_class_grading.py.)"""
-    sys.path.insert(0, str(REPO / "utils"))
-    import synthetic_class
+    from glm_asr_lab import synthetic_class
 
     submissions, out = tmp_path / "submissions", tmp_path / "grading"
     synthetic_class.main([str(submissions), "--track", "triton", "--kinds", "correct,wrong"])

@@ -1,4 +1,4 @@
-"""The cluster tools where no Slurm runs: show_tunnel.sh's bad input, and glm_asr_common.tools.slurm's
+"""The cluster tools where no Slurm runs: show_tunnel.sh's bad input, and glm_asr_lab.grading.slurm's
 tasks files, array scripts and its error without sbatch. tests/test_slurm.py runs them on a real Slurm."""
 
 import json
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from glm_asr_common.tools import slurm
-from glm_asr_common.errors import UserError
+from glm_asr_lab.grading import slurm
+from glm_asr_course.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 SHOW_TUNNEL = REPO / "show_tunnel.sh"

@@ -1,5 +1,5 @@
 """The student templates, glm_asr_triton_template/ and glm_asr_cutile_template/, generated from their
-examples by utils/make_template.py.
+examples by glm_asr_lab/make_template.py.
 
 * The committed templates are what the generator writes (while they still hold every TODO): the course
   path only (no fast path, no CuPy baseline), eleven kernels declared TODO with signature and
@@ -29,13 +29,12 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "utils"))
 
-import make_template  # noqa: E402
+from glm_asr_lab import make_template
 
-from glm_asr_common.course import todo_kernels  # noqa: E402
-from glm_asr_common.model.audio import load_audio  # noqa: E402
-from glm_asr_common.errors import run_cli  # noqa: E402
+from glm_asr_course.kernels import todo_kernels  # noqa: E402
+from glm_asr_course.model.audio import load_audio  # noqa: E402
+from glm_asr_course.errors import run_cli  # noqa: E402
 from glm_asr_triton_example import STUDENT_KERNELS  # noqa: E402
 
 TEMPLATE = "glm_asr_triton_template"
@@ -174,7 +173,7 @@ def test_filled_template_greedy_ids_match_transformers(filled_dir, tiny_ckpt, cl
     import importlib
 
     from parity import hf_generate, hf_model, inputs_for
-    from glm_asr_common.tools.tracks import open_checkpoint
+    from glm_asr_course.tracks import open_checkpoint
 
     ckpt = open_checkpoint(str(tiny_ckpt), torch.float32)
     model = importlib.import_module(f"{FILLED}.model").load_model(ckpt.config, ckpt.weights, DEV, "fp32")
@@ -281,8 +280,8 @@ def test_template_without_allow_reference_exits_2_naming_the_todo(tiny_ckpt, cap
 
 
 def test_template_todo_kernel_raises_and_substitutes():
-    from glm_asr_common.course.todo_kernels import KernelTodo, TodoKernel, student_kernel
-    from glm_asr_common.errors import UserError
+    from glm_asr_course.kernels.todo_kernels import KernelTodo, TodoKernel, student_kernel
+    from glm_asr_course.errors import UserError
 
     @student_kernel("gelu_kernel", reference="glm_asr_triton_example.layers", guide="GUIDE.md#gelu_kernel")
     def gelu_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE):

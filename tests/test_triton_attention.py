@@ -3,7 +3,7 @@ KV-cache write and the q|k|v GEMV (fast_rope.py), flash attention and decoding (
 and the conv stem both paths share (conv.py). The course kernels and the course model's attention:
 tests/test_course_kernels.py and tests/test_course_model.py.
 
-References: glm_asr_common.reference.torch_ops (transformers' RoPE and softmax attention with masks
+References: glm_asr_course.reference.torch_ops (transformers' RoPE and softmax attention with masks
 in float64), torch.nn.functional.conv1d + gelu. Without a GPU the
 kernels run in Triton's interpreter, hence the small shapes; head sizes include ones that are not a
 power of two (24, 40, 80, 96: padded and masked inside the kernels). Every output buffer is filled
@@ -20,7 +20,7 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
-from glm_asr_common.reference import torch_ops  # noqa: E402
+from glm_asr_course.reference import torch_ops  # noqa: E402
 from glm_asr_triton_example.conv import conv1d  # noqa: E402
 from glm_asr_triton_example.fast_attention import decode_attention, flash_attention  # noqa: E402
 from glm_asr_triton_example.fast_rope import project_qkv_into_cache, rope_qkv_into_cache  # noqa: E402

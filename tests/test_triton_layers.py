@@ -21,7 +21,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from glm_asr_common.model.precision import round_to_tf32  # noqa: E402
+from cutile_emulator.tf32 import round_to_tf32  # noqa: E402
 from glm_asr_triton_example import fast_head, fast_linear, glue, layers  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -253,7 +253,7 @@ def test_llama_mlp_split_k(gen, force_split_k, M):
     (5, ("gemm", dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, SPLIT_K=2))),
 ])
 def test_linear_explicit_config(gen, M, config):
-    """utils/sweep_linear.py hands _launch_linear its candidates: every one must compute the same."""
+    """glm_asr_lab/tuning/sweep_linear.py hands _launch_linear its candidates: every one must compute the same."""
     K, N = 300, 40
     x, w = rand(gen, M, K, dtype=BF16, scale=2.0), rand(gen, N, K, dtype=BF16, scale=K**-0.5)
     norm_weight, r = rand(gen, K, dtype=BF16), rand(gen, M, N, dtype=BF16)

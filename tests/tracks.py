@@ -8,7 +8,7 @@ loading, the stopping rules): the course paths run in an interpreter or emulator
 a transcription, and the other tests already run them end to end.
 """
 
-from glm_asr_common.tools.tracks import track_folders, track_paths
+from glm_asr_course.tracks import track_folders, track_paths
 
 _FOLDERS = [folder for folder in track_folders() if not folder.endswith("_template")]
 TRACKS = [f"{folder}:{path}" for folder in _FOLDERS for path in track_paths(folder)]

@@ -7,7 +7,7 @@
 Run without TRITON_INTERPRET (the interpreter's kernels cannot be compiled): triton.compile lowers a
 kernel for the target named here, and ptxas -v, the assembler Triton itself runs, reports what each
 thread gets. Each launch is compiled with the tiles its launcher picks on a GPU at the model's shapes,
-in IEEE fp32, where tl.dot runs as FMAs and holds its operand slices in registers (_triton_compat.fma_dot).
+in IEEE fp32, where tl.dot runs as FMAs and holds its operand slices in registers (triton_helpers.fma_dot).
 """
 
 import inspect

@@ -5,11 +5,11 @@
 #
 #   bench     ./benchmark.sh on the test clip, 13 tokens, full-size random weights: every folder and
 #             path in bf16; the example paths in tf32 and IEEE fp32; the filled templates
-#   parity    utils/gpu_parity.py, IEEE fp32: every track path's 30 greedy ids against transformers' true
+#   parity    glm_asr_lab/gpu/parity.py, IEEE fp32: every track path's 30 greedy ids against transformers' true
 #             fp32 on full-size random weights (equal, or it fails), with the prefill logits' error
-#   regret    utils/gpu_parity.py, tf32 and bf16: every track path's teacher-forced regret against
+#   regret    glm_asr_lab/gpu/parity.py, tf32 and bf16: every track path's teacher-forced regret against
 #             transformers' true fp32, transformers' own tf32 / bf16 runs as the yardstick
-#   clips     utils/gpu_clips.py: test clip, 0.3 s, 30.5 s, 45 s, 5 min, 44.1 kHz stereo: fp32 ids
+#   clips     glm_asr_lab/gpu/clips.py: test clip, 0.3 s, 30.5 s, 45 s, 5 min, 44.1 kHz stereo: fp32 ids
 #             against transformers, bf16 time, real-time factor, peak memory
 #   kernels   the course path's self-checks on the GPU (the course kernels' and the glue's case table
 #             with its model-size cases, timed; conv.py) of both tracks (cuTile for real where .cutile is
@@ -20,15 +20,15 @@
 #   detailed  benchmark_detailed.py (fast path vs course path, bf16, with plots; the attention and linear
 #             micro-benchmarks) and the grader's report: ./benchmark.sh on the filled Triton template with --compare
 #   grade     the class grader (./benchmark.sh --grade) on a synthetic class of each track
-#             (utils/synthetic_class.py: correct, a subtly wrong kernel, a TODO, a crash at import, one
+#             (glm_asr_lab/synthetic_class.py: correct, a subtly wrong kernel, a TODO, a crash at import, one
 #             printing megabytes): GPU workers, CUDA-event timing, the GPU health check, the tables
 #   fastpath  the fast paths against their floor, each other and transformers (docs/performance.md, "Both
 #             fast paths to the speed of light"), in about 8.5 minutes on an H100: measured peaks and floors,
-#             end to end per path and precision (utils/gpu_fastpath.py), the components in bf16 and the kernels
+#             end to end per path and precision (glm_asr_lab/gpu/fastpath.py), the components in bf16 and the kernels
 #             alone (benchmark_detailed.py), the Triton fast path in IEEE fp32 kernel by kernel, transformers
 #             eager and compiled; fastpath.jsonl and fastpath/*.json, the table in summary.md
-#   tune      utils/tune_random_init.py (the scales of the random weights)
-#   sweep     utils/sweep_linear.py (the fast path's GEMM tile table)
+#   tune      glm_asr_lab/tuning/tune_random_init.py (the scales of the random weights)
+#   sweep     glm_asr_lab/tuning/sweep_linear.py (the fast path's GEMM tile table)
 #   all       bench parity regret clips kernels robust detailed grade
 #
 # Each step has its own time limit and a failed step does not stop the next. Everything lands in the
@@ -98,7 +98,7 @@ step machine 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total
 for part in "${PARTS[@]}"; do
     case "$part" in
         bench)
-            python3 utils/make_template.py --filled . --package glm_asr_triton_filled >/dev/null
+            python3 -m glm_asr_lab.make_template --filled . --package glm_asr_triton_filled >/dev/null
             bench glm_asr_triton_example fast bf16
             bench glm_asr_triton_example course bf16
             bench glm_asr_triton_filled course bf16
@@ -108,7 +108,7 @@ for part in "${PARTS[@]}"; do
             bench glm_asr_scratch course bf16
             bench glm_asr_triton_template course bf16 --allow-reference all
             if has_cutile; then
-                python3 utils/make_template.py --track cutile --filled . --package glm_asr_cutile_filled >/dev/null
+                python3 -m glm_asr_lab.make_template --track cutile --filled . --package glm_asr_cutile_filled >/dev/null
                 bench glm_asr_cutile_example fast bf16
                 bench glm_asr_cutile_example course bf16
                 bench glm_asr_cutile_example cupy tf32
@@ -121,16 +121,16 @@ for part in "${PARTS[@]}"; do
             # One precision set a call: the three precisions of five paths take longer than a device call.
             precisions=fp32
             [ "$part" = regret ] && precisions=tf32,bf16
-            step "$part ($precisions)" 560 python3 utils/gpu_parity.py --tracks "$(track_paths)" \
+            step "$part ($precisions)" 560 python3 -m glm_asr_lab.gpu.parity --tracks "$(track_paths)" \
                 --precisions "$precisions" --json "$OUT_DIR/parity_$part.jsonl"
             cat "$OUT_DIR"/parity_parity.jsonl "$OUT_DIR"/parity_regret.jsonl > "$OUT_DIR/parity.jsonl" 2>/dev/null
             ;;
         clips)
             # Every kernel path on the short and odd clips; the 5 minute clip (ten windows, a 3765-token
             # prompt) on the fast paths only: IEEE-fp32 runs of ten windows take minutes.
-            step clips 400 python3 utils/gpu_clips.py --tracks "$(track_paths | cut -d, -f2-)" \
+            step clips 400 python3 -m glm_asr_lab.gpu.clips --tracks "$(track_paths | cut -d, -f2-)" \
                 --clips "test clip 3.5 s,0.3 s,30.5 s,45 s,44.1 kHz stereo" --json "$OUT_DIR/clips_short.jsonl"
-            step "clips (5 min)" 400 python3 utils/gpu_clips.py --tracks "$(track_paths | tr , '\n' | grep :fast | paste -sd,)" \
+            step "clips (5 min)" 400 python3 -m glm_asr_lab.gpu.clips --tracks "$(track_paths | tr , '\n' | grep :fast | paste -sd,)" \
                 --clips "5 min" --json "$OUT_DIR/clips_long.jsonl"
             cat "$OUT_DIR"/clips_short.jsonl "$OUT_DIR"/clips_long.jsonl > "$OUT_DIR/clips.jsonl" 2>/dev/null
             ;;
@@ -158,7 +158,7 @@ for part in "${PARTS[@]}"; do
             step "kernel tests (Triton fast path)" 300 python3 -m pytest -q -x tests/test_triton_layers.py \
                 tests/test_triton_attention.py -p no:cacheprovider
             step "awkward checkpoints end to end" 300 python3 -m pytest -q tests/test_awkward_shapes.py -p no:cacheprovider
-            step "bad input" 200 python3 utils/gpu_bad_inputs.py --tracks "$(track_paths)"
+            step "bad input" 200 python3 -m glm_asr_lab.gpu.bad_inputs --tracks "$(track_paths)"
             ;;
         detailed)
             mkdir -p "$DETAILED/bf16"
@@ -168,7 +168,7 @@ for part in "${PARTS[@]}"; do
             step "micro-benchmarks bf16" 200 python3 benchmark_detailed.py glm_asr_triton_example \
                 $(has_cutile && echo --compare glm_asr_cutile_example) --random-weights \
                 --precision bf16 --attention-only --linear-only --json "$DETAILED/bf16/micro.json"
-            python3 utils/make_template.py --filled . --package glm_asr_triton_filled >/dev/null
+            python3 -m glm_asr_lab.make_template --filled . --package glm_asr_triton_filled >/dev/null
             step "compare report (filled template)" 300 ./benchmark.sh glm_asr_triton_filled --random-weights --precision bf16 \
                 --min-new-tokens 13 --max-new-tokens 13 --runs 5 --compare --report "$DETAILED/report"
             tar czf "$OUT_DIR/detailed.tgz" -C "$DETAILED" .
@@ -178,11 +178,11 @@ for part in "${PARTS[@]}"; do
             # transformers'), 8 tokens, the cases of the two kernels the class gets wrong (model-size
             # ones included). Each worker compiles its kernels afresh (its own Triton cache): that is
             # most of its time.
-            python3 -m glm_asr_common.reference.tiny_checkpoint /tmp/gpu_check_tiny >/dev/null
+            python3 -m glm_asr_course.reference.tiny_checkpoint /tmp/gpu_check_tiny >/dev/null
             for track in triton $(has_cutile && echo cutile); do
                 class=/tmp/gpu_check_class/$track
                 rm -rf "$class"
-                python3 utils/synthetic_class.py "$class/submissions" --track "$track" \
+                python3 -m glm_asr_lab.synthetic_class "$class/submissions" --track "$track" \
                     --kinds correct,wrong,todo,crash,chatty >/dev/null
                 step "grade a synthetic $track class" 285 ./benchmark.sh --grade "$class/submissions" \
                     --out "$class/grading" --model /tmp/gpu_check_tiny --precision fp32 --max-new-tokens 8 \
@@ -205,7 +205,7 @@ for part in "${PARTS[@]}"; do
                 micro_tracks=(--compare glm_asr_cutile_example)
             fi
             timings="$timings,$triton:fast@fp32,$triton:course@fp32,$triton:course@bf16,$triton:course@tf32"
-            step "fastpath: peaks, floors, end to end" 200 python3 utils/gpu_fastpath.py --peaks --timings "$timings" \
+            step "fastpath: peaks, floors, end to end" 200 python3 -m glm_asr_lab.gpu.fastpath --peaks --timings "$timings" \
                 --jsonl "$OUT_DIR/fastpath.jsonl"
             step "fastpath: Triton fast path, bf16, components" 50 python3 benchmark_detailed.py $triton --path fast \
                 --precision bf16 "${detailed_args[@]}" --warmup 1 --runs 3 --json "$OUT_DIR/fastpath/components_triton.json"
@@ -221,15 +221,15 @@ for part in "${PARTS[@]}"; do
                 --json "$OUT_DIR/fastpath/ieee.json"
             # transformers' compiled decode step: its first call compiles (timed alone) and captures the step's
             # CUDA graph; eager first, so a compilation that overruns the limit loses only itself.
-            step "fastpath: transformers, bf16" 100 python3 utils/gpu_fastpath.py --anchors eager,compiled \
+            step "fastpath: transformers, bf16" 100 python3 -m glm_asr_lab.gpu.fastpath --anchors eager,compiled \
                 --warmup 1 --runs 5 --jsonl "$OUT_DIR/fastpath.jsonl"
             ;;
         tune)
-            step "tune random init" 560 python3 utils/tune_random_init.py --json "$OUT_DIR/tune.json"
+            step "tune random init" 560 python3 -m glm_asr_lab.tuning.tune_random_init --json "$OUT_DIR/tune.json"
             ;;
         sweep)
-            step sweep 560 python3 utils/sweep_linear.py --json "$OUT_DIR/sweep.json"
+            step sweep 560 python3 -m glm_asr_lab.tuning.sweep_linear --json "$OUT_DIR/sweep.json"
             ;;
     esac
 done
-step summary 60 python3 utils/gpu_summary.py "$OUT_DIR"
+step summary 60 python3 -m glm_asr_lab.gpu.summary "$OUT_DIR"

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from glm_asr_common.audio import load_audio  # noqa: E402
 from glm_asr_common.frontend import prepare_inputs  # noqa: E402
 from glm_asr_common.runtime import import_track, open_checkpoint  # noqa: E402

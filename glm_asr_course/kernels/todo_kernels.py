@@ -1,0 +1,130 @@
+"""What the student templates need beyond their kernels: TODO stand-ins and reference substitution.
+
+In a template, each kernel a student writes is declared as
+
+    @student_kernel("rmsnorm_kernel", reference="glm_asr_triton_example.layers", guide="GUIDE.md#rmsnorm_kernel")
+    def rmsnorm_kernel(x_ptr, ...):
+        \"\"\"formula, shapes, grid, hint\"\"\"
+
+Launching it (``rmsnorm_kernel[grid](...)``) raises ``KernelTodo`` naming the kernel, its file and
+the guide section, unless the kernel was allowed a reference (``--allow-reference``): then the
+example's kernel runs in its place and the substitution is recorded in ``SUBSTITUTED``, so results
+can say so. A student finishes a kernel by writing its body and replacing the decorator with
+``@triton.jit``.
+
+``KernelTodo`` is a ``UserError``: the command-line tools print it as one line and exit 2.
+
+Self-checks (glm_asr_course.kernels.self_check) read a KernelTodo as a TODO row and count reference launches
+(``reference_launches``) to mark a row REF.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+
+from glm_asr_course.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ALLOWED_REFERENCES: set[str] = set()  # kernel names, or "all"
+SUBSTITUTED: set[str] = set()  # kernels whose reference actually ran
+TODO_KERNELS: dict[str, "TodoKernel"] = {}  # every stand-in declared so far, by name
+_REFERENCE_LAUNCHES = [0]  # how many launches a reference served (reference_launches)
+
+
+class KernelTodo(UserError, NotImplementedError):
+    """A template kernel that has not been written yet was launched."""
+
+    def __init__(self, kernel: str, file: str, guide: str):
+        self.kernel, self.file, self.guide = kernel, file, guide
+        super().__init__(f"{kernel} in {file} is a TODO: write it (see {guide}), or run with "
+                         f"--allow-reference {kernel} to use the example's kernel meanwhile")
+
+
+def _display_path(path: str) -> str:
+    """The file relative to the repository when it lies inside it, else as given."""
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(resolved)
+
+
+class TodoKernel:
+    """Stands where a kernel will be (``@triton.jit`` or ``@ct.kernel``): same name and docstring,
+    launches raise. Triton launches go through ``kernel[grid](...)``; cuTile's launcher
+    (glm_asr_course.runtimes.cutile.launch) calls ``resolve()``."""
+
+    def __init__(self, fn, name: str, reference: str, guide: str):
+        if fn.__name__ != name:
+            raise ValueError(f"@student_kernel({name!r}) decorates a function named {fn.__name__!r}")
+        self.fn, self.name, self.reference, self.guide = fn, name, reference, guide
+        self.file = _display_path(inspect.getsourcefile(fn))
+        self.__name__, self.__doc__ = name, fn.__doc__
+        self._reference_kernel = None
+
+    def __repr__(self):
+        return f"<TODO kernel {self.name} in {self.file}>"
+
+    def reference_kernel(self):
+        """The example's finished kernel of the same name (imported on first use)."""
+        if self._reference_kernel is None:
+            self._reference_kernel = getattr(importlib.import_module(self.reference), self.name)
+        return self._reference_kernel
+
+    def resolve(self):
+        """The kernel to launch in this one's place: the example's, when the kernel was allowed a
+        reference (the substitution is recorded); otherwise a ``KernelTodo``."""
+        if "all" in ALLOWED_REFERENCES or self.name in ALLOWED_REFERENCES:
+            SUBSTITUTED.add(self.name)
+            _REFERENCE_LAUNCHES[0] += 1
+            return self.reference_kernel()
+        raise KernelTodo(self.name, self.file, self.guide)
+
+    def __getitem__(self, grid):
+        return self.resolve()[grid]
+
+
+def student_kernel(name: str, *, reference: str, guide: str):
+    """Declare an unwritten kernel: keep its signature and docstring, launch nothing."""
+    def wrap(fn):
+        kernel = TodoKernel(fn, name, reference, guide)
+        TODO_KERNELS[name] = kernel
+        return kernel
+    return wrap
+
+
+def parse_kernel_list(spec: str | None) -> set[str]:
+    return {n.strip() for n in (spec or "").split(",") if n.strip()}
+
+
+def allow_references(spec: str | None, folder_kernels, folder: str = "this folder"):
+    """Set the kernels that may fall back to the example's, from ``a,b`` or ``all``; forget past ones.
+
+    Names outside ``folder_kernels`` (the folder's STUDENT_KERNELS) are a UserError.
+    """
+    ALLOWED_REFERENCES.clear()
+    SUBSTITUTED.clear()
+    if spec is None:
+        return
+    names = parse_kernel_list(spec)
+    if not names:
+        raise UserError("--allow-reference needs kernel names (comma-separated) or 'all'")
+    unknown = names - set(folder_kernels) - {"all"}
+    if unknown:
+        known = ", ".join(folder_kernels) if folder_kernels else "none (it has no student kernels)"
+        raise UserError(f"--allow-reference: unknown kernel(s) {', '.join(sorted(unknown))}; "
+                        f"the kernels of {folder} are: {known}")
+    ALLOWED_REFERENCES.update(names)
+
+
+def substituted() -> list[str]:
+    """The kernels whose reference ran since the last ``allow_references``, sorted."""
+    return sorted(SUBSTITUTED)
+
+
+def reference_launches() -> int:
+    """How many launches a reference kernel has served so far: a check that saw the count move ran
+    the example's kernel, not the student's."""
+    return _REFERENCE_LAUNCHES[0]

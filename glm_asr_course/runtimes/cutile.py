@@ -1,0 +1,106 @@
+"""The one place that decides how cuTile code runs.
+
+Kernel files import ``ct`` and ``launch`` from here and are written against ``ct.*`` only:
+
+    from glm_asr_course.runtimes.cutile import ct, launch
+
+    @ct.kernel
+    def scale_kernel(x, y, BLOCK: ct.Constant[int]): ...
+
+    launch((blocks,), scale_kernel, x, y, 1024)
+
+``MODE`` says what ``ct`` is:
+
+* ``"gpu"``: the real ``cuda.tile`` (a CUDA GPU is present). ``launch`` queues the kernel on
+  ``torch.cuda.current_stream()``, so launches made under ``torch.cuda.graph`` are captured.
+* ``"emulate"``: ``cutile_emulator.emulator`` (no GPU): ``launch`` runs the kernel at once on
+  the CPU tensors, block by block, and records its signature (``recorded_signatures``).
+* ``"compile"``: the real ``cuda.tile`` on a machine without a GPU, only so that kernels can be
+  compiled for sm_90 (glm_asr_lab/cutile_compile_check.py); ``launch`` refuses.
+
+The mode is "gpu" when torch sees a CUDA device, "emulate" otherwise; the environment variable
+``GLM_ASR_CUTILE=gpu|emulate|compile`` overrides. ``GLM_ASR_CUTILE_RECORD=FILE`` makes an emulated
+process add the kernel signatures it launched to FILE (JSON) when it exits, for the compile check.
+"""
+
+import atexit
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from glm_asr_course.errors import UserError
+
+MODES = ("gpu", "emulate", "compile")
+_SETUP_HINT = "source utils/setup-cutile.sh installs it"
+
+
+def _select_mode() -> str:
+    requested = os.environ.get("GLM_ASR_CUTILE", "").strip()
+    if requested and requested not in MODES:
+        raise UserError(f"GLM_ASR_CUTILE={requested!r}: expected one of {', '.join(MODES)}")
+    return requested or ("gpu" if torch.cuda.is_available() else "emulate")
+
+
+MODE = _select_mode()
+
+if MODE == "emulate":
+    import cutile_emulator.emulator as ct
+else:
+    try:
+        import cuda.tile as ct
+    except ImportError as error:
+        raise UserError(f"cuTile mode {MODE!r} needs the cuda-tile package ({_SETUP_HINT}): {error}") from None
+
+
+class LaunchRefused(UserError):
+    """A launch in a process that only compiles kernels."""
+
+
+def launch(grid, kernel, *args) -> None:
+    """Launch ``kernel`` over ``grid`` (a tuple of 1 to 3 block counts) with ``args``.
+
+    ``kernel`` may be a template's unwritten kernel (glm_asr_course.kernels.todo_kernels.TodoKernel,
+    known here by its ``resolve`` method, so that this layer needs nothing of the course's): the
+    example's kernel runs in its place when allowed (``--allow-reference``), otherwise ``resolve``
+    raises ``KernelTodo``.
+    """
+    if hasattr(kernel, "resolve"):
+        kernel = kernel.resolve()
+    grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+    if MODE == "gpu":
+        ct.launch(torch.cuda.current_stream(), grid, kernel, args)
+    elif MODE == "emulate":
+        ct.launch(None, grid, kernel, args)
+    else:
+        # cuda.tile's kernel objects keep their Python function as _pyfunc (the emulator's do too).
+        name = getattr(getattr(kernel, "_pyfunc", None), "__name__", kernel)
+        raise LaunchRefused(f"GLM_ASR_CUTILE=compile only compiles kernels; launching {name} needs a GPU "
+                            "or GLM_ASR_CUTILE=emulate")
+
+
+def recorded_signatures() -> list[dict]:
+    """Every distinct kernel signature this (emulated) process has launched, in first-launch order:
+    ``{"kernel": "module.name", "params": [...], "grid": [...], "launches": n}``."""
+    if MODE != "emulate":
+        return []
+    return list(ct.LAUNCHES.values())
+
+
+def write_signatures(path, signatures=None) -> int:
+    """Add ``signatures`` (default: this process's) to the JSON list in ``path``; returns its length."""
+    path = Path(path)
+    known = json.loads(path.read_text()) if path.exists() and path.stat().st_size else []
+    seen = {json.dumps([s["kernel"], s["params"]], sort_keys=True) for s in known}
+    for signature in recorded_signatures() if signatures is None else signatures:
+        key = json.dumps([signature["kernel"], signature["params"]], sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            known.append(signature)
+    path.write_text(json.dumps(known, indent=1) + "\n")
+    return len(known)
+
+
+if MODE == "emulate" and os.environ.get("GLM_ASR_CUTILE_RECORD"):
+    atexit.register(write_signatures, os.environ["GLM_ASR_CUTILE_RECORD"])

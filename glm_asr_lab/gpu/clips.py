@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Any audio length on the GPU: every track path against transformers on clips of awkward lengths.
+
+    python -m glm_asr_lab.gpu.clips [--tracks folder:path,...] [--tokens 12] [--json PATH]
+
+Clips, all cut from test_audio.wav (LibriSpeech) and written as files so the same loader reads them:
+the test clip (3.5 s), 0.3 s (three audio tokens), 30.5 s (one full window and a sliver of a second),
+45 s (two windows), 5 minutes (ten windows) and the test clip at 44.1 kHz stereo (resampled and
+mixed down on load). Full-size random weights (checkpoint.random_weights), the synthetic prompt.
+
+For each clip: transformers' greedy ids in true fp32 (TF32 off), then for each track path its ids in
+IEEE fp32 (equal to transformers' expected) and its bf16 time per transcription (--tokens tokens,
+after a warm-up), the real-time factor (time / audio length) and the peak GPU memory of that bf16
+run. One JSON line per (clip, track) to --json; a table at the end.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+
+
+from glm_asr_course.timer import time_call, time_repeats  # noqa: E402
+from glm_asr_course.model.audio import SAMPLE_RATE, load_audio  # noqa: E402
+from glm_asr_course.model.checkpoint import default_config_dict, random_weights  # noqa: E402
+from glm_asr_course.model.config import ModelConfig  # noqa: E402
+from glm_asr_course.model.frontend import prepare_inputs  # noqa: E402
+from glm_asr_course.model.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
+from glm_asr_course.reference.hf_model import build, generate  # noqa: E402
+from glm_asr_course.tracks import REPO_ROOT, import_track  # noqa: E402
+
+
+def write_clips(out: Path) -> dict[str, Path]:
+    """The clips as files: speech repeated to length, cut, or resampled to 44.1 kHz stereo."""
+    speech = load_audio(REPO_ROOT / "test_audio.wav")
+
+    def of_length(seconds: float) -> np.ndarray:
+        n = int(seconds * SAMPLE_RATE)
+        return np.tile(speech, -(-n // len(speech)))[:n]
+
+    clips = {"test clip 3.5 s": (speech, SAMPLE_RATE), "0.3 s": (of_length(0.3), SAMPLE_RATE),
+             "30.5 s": (of_length(30.5), SAMPLE_RATE), "45 s": (of_length(45.0), SAMPLE_RATE),
+             "5 min": (of_length(300.0), SAMPLE_RATE)}
+    from scipy.signal import resample_poly
+
+    at_44k = resample_poly(speech, 441, 160).astype(np.float32)
+    clips["44.1 kHz stereo"] = (np.stack([at_44k, 0.8 * at_44k], axis=1), 44100)
+    paths = {}
+    for i, (name, (samples, rate)) in enumerate(clips.items()):
+        paths[name] = out / f"clip{i}.wav"
+        sf.write(paths[name], samples, rate, subtype="FLOAT")
+    return paths
+
+
+@torch.no_grad()
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tracks", default="glm_asr_triton_example:fast,glm_asr_triton_example:course")
+    parser.add_argument("--tokens", type=int, default=12)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--clips", help="comma-separated clip names to run (default: all)")
+    args = parser.parse_args()
+    raw = default_config_dict()
+    cfg = ModelConfig.from_dict(raw)
+    fp32, bf16 = PRECISIONS["fp32"], PRECISIONS["bf16"]
+    weights = random_weights(cfg, torch.float32, seed=0, device="cuda")
+    weights_bf16 = {k: v.to(torch.bfloat16) for k, v in weights.items()}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        clips = write_clips(Path(tmp))
+        if args.clips:
+            clips = {name: path for name, path in clips.items() if name in args.clips.split(",")}
+        inputs = {name: prepare_inputs([load_audio(path)], cfg, None) for name, path in clips.items()}
+        seconds = {name: len(load_audio(path)) / SAMPLE_RATE for name, path in clips.items()}
+        with torch_matmul_precision(fp32):
+            hf = build(raw, weights, torch.float32, "cuda")
+            expected = {name: generate(hf, clip_inputs, args.tokens, args.tokens, (), torch.float32, "cuda")[0]
+                        for name, clip_inputs in inputs.items()}
+            del hf
+            torch.cuda.empty_cache()
+        for track in args.tracks.split(","):
+            folder, _, path = track.partition(":")
+            module = import_track(folder, path or None, "cuda")
+            exact = module.load_model(cfg, weights, "cuda", fp32)
+            fast = module.load_model(cfg, weights_bf16, "cuda", bf16)
+            for name, clip_inputs in inputs.items():
+                fp32_ms, fp32_ids = time_call(lambda: exact.generate(clip_inputs, args.tokens, args.tokens), "cuda")
+                ids, fp32_s = fp32_ids[0], fp32_ms / 1000
+                torch.cuda.reset_peak_memory_stats()
+
+                def bf16_run():
+                    return fast.generate(clip_inputs, args.tokens, args.tokens)
+
+                # One untimed call (compiling, capturing) and three timed ones; the first call's time is the rest.
+                all_ms, runs = time_call(lambda: time_repeats(bf16_run, "cuda", warmup=1, repeats=3), "cuda")
+                ms = statistics.median(runs)
+                first_call_s = (all_ms - sum(runs)) / 1000
+                row = {"clip": name, "track": track, "audio_seconds": seconds[name],
+                       "windows": int(clip_inputs.input_features.shape[0]),
+                       "prompt_len": int(clip_inputs.input_ids.shape[1]), "fp32_ids_equal": ids == expected[name],
+                       "bf16_ms": ms, "real_time_factor": ms / 1000 / seconds[name],
+                       "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "fp32_run_s": fp32_s,
+                       "bf16_first_call_s": first_call_s,
+                       "gpu": torch.cuda.get_device_name()}
+                rows.append(row)
+                print(f"{name:16s} {track:32s} windows {row['windows']:2d} prompt {row['prompt_len']:4d}  "
+                      f"fp32 ids == transformers: {row['fp32_ids_equal']}  bf16 {ms:8.1f} ms  "
+                      f"RTF {row['real_time_factor']:.4f}  peak {row['peak_gib']:.1f} GiB  (first calls: IEEE fp32 "
+                      f"{fp32_s:.1f} s, bf16 with compiling and capture {first_call_s:.1f} s)", flush=True)
+            exact = fast = None  # both models freed before the next track loads its own
+            torch.cuda.empty_cache()
+    if args.json:
+        Path(args.json).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    failed = [f"{r['clip']} / {r['track']}" for r in rows if not r["fp32_ids_equal"]]
+    print("all clips: fp32 ids equal to transformers'" if not failed else f"FAIL: ids differ on {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Tile sweep of the cuTile fast path's kernels at the model's real shapes, on a GPU.
+
+    python -m glm_asr_lab.tuning.sweep_cutile_fast [--precision bf16|tf32] [--only gemv,head,gemm,prefill,flash,decode]
+
+Each candidate is checked against torch (one line per failure) and timed as a CUDA graph of 20
+launches (glm_asr_course.timer; the L2 holds what fits, as in the decode loop), so the
+~14 us host cost of an eager cuTile launch is not what is measured. Prints one line per candidate
+(µs per launch, GB/s of the operands' minimum traffic or TFLOP/s) and the best of each shape; the
+chosen tiles go into the tile functions of glm_asr_cutile_example/fast_*.py by hand, with the
+figures in docs/performance.md.
+"""
+
+import argparse
+import statistics
+import sys
+
+import torch
+
+
+from glm_asr_course.timer import time_repeats  # noqa: E402
+
+
+def timed(fn, reps=20):
+    """µs per launch: the median replay of a CUDA graph of ``reps`` launches."""
+    def graph_body():
+        for _ in range(reps):
+            fn()
+
+    return statistics.median(time_repeats(graph_body, "cuda", warmup=1, repeats=10, graph=True)) * 1e3 / reps
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--precision", choices=["bf16", "tf32"], default="bf16")
+    parser.add_argument("--only", default="gemv,head,gemm,prefill,flash,decode")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from glm_asr_cutile_example import fast_attention, fast_head, fast_linear
+
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    e = dtype.itemsize
+    dev = "cuda"
+    parts = set(args.only.split(","))
+    torch.manual_seed(0)
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, device=dev) * scale).to(dtype)
+
+    def report(name, shape, candidates, work, unit):
+        best = None
+        for tiles, fn, check in candidates:
+            try:
+                err = check(fn())
+                us = timed(fn)
+            except Exception as exc:  # a tile the compiler refuses: say so, go on
+                print(f"  {name:10} {shape:28} {str(tiles):22} failed: {type(exc).__name__}: {str(exc)[:90]}")
+                continue
+            rate = work / (us * 1e-6) / 1e9
+            flag = "" if err < 3e-2 else f"  WRONG (err {err:.1e})"
+            print(f"  {name:10} {shape:28} {str(tiles):22} {us:9.1f} us {rate:9.1f} {unit}{flag}", flush=True)
+            if not flag and (best is None or us < best[1]):
+                best = (tiles, us)
+        if best:
+            print(f"BEST {name:10} {shape:28} {best[0]} {best[1]:.1f} us")
+
+    def rel(out, ref):
+        return float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
+
+    if "gemv" in parts:
+        for N, K in ((3072, 2048), (2048, 2048), (12288, 2048), (2048, 6144)):
+            x, w = rand(1, K), rand(N, K, scale=K ** -0.5)
+            ref = x.float() @ w.float().T
+            cands = []
+            for block_n in (4, 8, 16, 32):
+                for kbytes in (512, 1024, 2048, 4096):
+                    tiles = ("gemv", (block_n, kbytes // e))
+                    cands.append((tiles[1], lambda t=tiles: fast_linear.linear(x, w, precision="tf32", tiles=t),
+                                  lambda out: rel(out, ref)))
+            report("gemv", f"{N}x{K}", cands, N * K * e / 1e0, "GB/s")
+    if "head" in parts:
+        V, H = 59264, 2048
+        x, w_lm, norm_w = rand(1, H), rand(V, H, scale=H ** -0.5), rand(H)
+        banned = torch.tensor([0], device=dev)
+        ban = torch.zeros(1, dtype=torch.int32, device=dev)
+        ids = torch.empty(1, dtype=torch.int64, device=dev)
+        expected = int(((x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)).to(dtype).float()
+                        * norm_w.float()).to(dtype).float().matmul(w_lm.float().T).argmax())
+        cands = []
+        for block_v in (8, 16, 32, 64):
+            for kbytes in (512, 1024, 2048, 4096):
+                tiles = (block_v, kbytes // e)
+                cands.append((tiles, lambda t=tiles: fast_head.greedy_head(x, norm_w, 1e-5, w_lm, banned, ban, ids,
+                                                                           tiles=t),
+                              lambda out: 0.0 if int(out[0]) == expected else 1.0))
+        report("head", f"{V}x{H}", cands, V * H * e, "GB/s")
+    if "gemm" in parts or "prefill" in parts:
+        shapes = []
+        if "gemm" in parts:
+            shapes += [(1500, 3840, 1280), (1500, 1280, 1280), (1500, 5120, 1280), (1500, 1280, 5120)]
+        if "prefill" in parts:
+            shapes += [(59, 3072, 2048), (59, 2048, 2048), (59, 2048, 6144)]
+        for M, N, K in shapes:
+            x, w = rand(M, K), rand(N, K, scale=K ** -0.5)
+            ref = x.float() @ w.float().T
+            cands = []
+            tile_set = ((128, 128), (128, 256), (256, 128), (64, 128), (128, 64)) if M > 64 else \
+                ((64, 16), (64, 32), (64, 64), (32, 32), (16, 32))
+            for block_m, block_n in tile_set:
+                for kbytes in (64, 128, 256):
+                    tiles = ("gemm", (block_m, block_n, kbytes // e))
+                    cands.append((tiles[1], lambda t=tiles: fast_linear.linear(x, w, precision="tf32", tiles=t),
+                                  lambda out: rel(out, ref)))
+            report("gemm", f"{M}x{N}x{K}", cands, 2 * M * N * K / 1e3, "TFLOP/s")
+    if "flash" in parts:
+        T, H, D = 1500, 20, 64
+        qkv = rand(1, T, 3, H, D)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
+        out = torch.empty(1, T, H, D, device=dev, dtype=dtype).transpose(1, 2)
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        cands = []
+        for block_m in (64, 128, 256):
+            for block_n in (32, 64, 128):
+                tiles = (block_m, block_n, D)
+                cands.append((tiles, lambda t=tiles: fast_attention.flash_attention(q, k, v, D ** -0.5, out, causal=False,
+                                                                                    precision="tf32", tiles=t),
+                              lambda o: rel(o, ref)))
+        report("flash", f"T={T} H={H} D={D}", cands, 4 * T * T * H * D / 1e3, "TFLOP/s")
+    if "decode" in parts:
+        B, Hq, Hkv, D, Tmax, valid = 1, 16, 4, 128, 256, 150
+        q = rand(B, Hq, D)
+        kc, vc = rand(B, Hkv, Tmax, D), rand(B, Hkv, Tmax, D)
+        valid_len = torch.tensor([valid], dtype=torch.int32, device=dev)
+        start = torch.zeros(B, dtype=torch.int32, device=dev)
+        out = torch.empty(B, Hq, D, device=dev, dtype=dtype)
+        ref = torch.nn.functional.scaled_dot_product_attention(q[:, :, None], kc[:, :, :valid], vc[:, :, :valid],
+                                                               enable_gqa=True)[:, :, 0]
+        cands = []
+        for split in (32, 64, 128, 256):
+            cands.append((split, lambda s=split: fast_attention.decode_attention(q, kc, vc, valid_len, start, D ** -0.5,
+                                                                                 out, precision="tf32", split_size=s),
+                          lambda o: rel(o, ref)))
+        report("decode", f"cache {Tmax} live {valid}", cands, 2 * valid * Hkv * D * e, "GB/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
