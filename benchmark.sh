@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ./benchmark.sh FOLDER [options]  →  python benchmark_student.py FOLDER [options]
 # With no folder, lists the folders; see `./benchmark.sh FOLDER --help` for the options.
-# ./benchmark.sh --grade SUBMISSIONS_DIR [options]  →  the class grader (glm_asr_course/tools/class_grading.py,
+# ./benchmark.sh --grade SUBMISSIONS_DIR [options]  →  the class grader (glm_asr_lab/grading/class_grading.py,
 # `./benchmark.sh --grade --help`); its paths are read from where you run it.
 set -euo pipefail
 if [ "${1:-}" = "--grade" ]; then

@@ -49,7 +49,7 @@ from glm_asr_course.command_line import (ArgumentParser, Session, add_common_arg
 from glm_asr_course.tracks import REPO_ROOT, resolve_path, track_folders, track_paths
 
 FOOTER = (
-    "How to read this: AI = useful FLOPs per byte of minimum memory traffic (glm_asr_course/measure/roofline.py);\n"
+    "How to read this: AI = useful FLOPs per byte of minimum memory traffic (glm_asr_lab/measure/roofline.py);\n"
     "below the ridge point (peak FLOP/s / peak bandwidth = {ridge:.0f} FLOP/B) the best a kernel can be is\n"
     "memory-bound, above it compute-bound; latency-bound = under 10% of both peaks with short launches.\n"
     "%roof = achieved / attainable at that AI. '~' = the class's useful work split over its kernels by time;\n"

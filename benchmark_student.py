@@ -15,7 +15,7 @@ checkpoint, inputs and token limits (glm_asr_course/verdict.py); only an --preci
 default) is held to it, bf16 and tf32 round and are shown the line for information.
 --compare also runs every course kernel's self-check in the folder and in the solution (the example),
 times the solution's course and fast paths and transformers on the same inputs, and writes a report
-(Markdown, JSON, roofline plot; glm_asr_course/tools/compare_report.py) to --report (default reports/FOLDER).
+(Markdown, JSON, roofline plot; glm_asr_lab/grading/compare_report.py) to --report (default reports/FOLDER).
 Exit codes: 0 PASS, not checked, or random weights whose ids equal transformers' fp32; 1 transcription
 mismatch, or an fp32 run on random weights whose ids differ; 2 bad input, or in a template a TODO
 kernel that was launched (--allow-reference KERNEL|all runs the example's kernel in its place; with
@@ -24,11 +24,9 @@ kernel that was launched (--allow-reference KERNEL|all runs the example's kernel
 
 from pathlib import Path
 
-from glm_asr_lab.grading import compare_report
 from glm_asr_course.kernels import todo_kernels
 from glm_asr_course.command_line import ArgumentParser, add_common_args, load_track_model, prepare_session, time_runs, write_json
 from glm_asr_course.errors import UserError, run_cli
-from glm_asr_lab.measure.components import aggregate, timed_run
 from glm_asr_course.timer import spread
 from glm_asr_course.model.frontend import decode
 from glm_asr_course.tracks import track_folders
@@ -54,7 +52,9 @@ def main(argv) -> int:
     if (args.report or args.solution) and not args.compare:
         raise UserError("--report and --solution go with --compare")
     report_dir = args.report or str(Path("reports") / Path(args.folder.rstrip("/")).name)
-    if args.compare:
+    if args.compare:  # the grader's report: the lab's code, imported for it alone
+        from glm_asr_lab.grading import compare_report
+
         compare_report.solution_folder(Path(args.folder.rstrip("/")).name, args.solution)
         if args.report and not Path(report_dir).resolve().parent.is_dir():
             raise UserError(f"--report {report_dir}: directory {Path(report_dir).resolve().parent} does not exist")
@@ -119,6 +119,8 @@ def main(argv) -> int:
 
 def print_component_summary(session, args):
     """--profile: per-component lines, medians of --runs transcriptions with region timers."""
+    from glm_asr_lab.measure.components import aggregate, timed_run
+
     device = session.device
     runs = [timed_run(session.model, session.inputs, args.max_new_tokens, args.min_new_tokens, device)[0]
             for _ in range(max(1, args.runs))]
@@ -145,6 +147,8 @@ def print_component_summary(session, args):
 
 
 def write_report(report: dict, report_dir: str):
+    from glm_asr_lab.grading import compare_report
+
     compare_report.print_summary(report)
     path = compare_report.write_report(report, report_dir)
     print(f"Report: {path} (with report.json{', roofline.png' if (path.parent / 'roofline.png').is_file() else ''})")

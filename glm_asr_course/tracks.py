@@ -17,7 +17,7 @@ from glm_asr_course.model.frontend import load_processor
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Folders besides the repository's top level that hold track folders: the class grader's scratch copy
-# of one student's folder (glm_asr_course/tools/grading_worker.py) is one, added in the process that
+# of one student's folder (glm_asr_lab/grading/grading_worker.py) is one, added in the process that
 # grades it.
 EXTRA_TRACK_ROOTS: list[Path] = []
 

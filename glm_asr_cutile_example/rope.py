@@ -121,7 +121,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions:
     return x
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_course/course/kernel_cases.py
+if __name__ == "__main__":  # the self-check: every case of glm_asr_course/kernels/kernel_cases.py
     from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))

@@ -15,7 +15,7 @@ between ``# >>> STUDENT KERNEL name`` and ``# <<< STUDENT KERNEL`` (a kernel wit
 decorated ``@triton.jit`` in the Triton track, ``@ct.kernel`` in the cuTile track) becomes, in the
 template, the same signature and docstring under ``@student_kernel(...)`` with a TODO instead of
 the body: launching it raises a KernelTodo naming the kernel, its file and its GUIDE.md section
-(glm_asr_course/course/todo_kernels.py). The marked kernels must be exactly the course model's COURSE_KERNELS (every track's STUDENT_KERNELS).
+(glm_asr_course/kernels/todo_kernels.py). The marked kernels must be exactly the course model's COURSE_KERNELS (every track's STUDENT_KERNELS).
 The template's README.md comes from utils/ (template_README.md, cutile_template_README.md); the
 example's own README.md, its fast path (fast_*.py) and the CuPy baseline (cupy_*.py) are not copied.
 """

@@ -325,7 +325,7 @@ def argmax_rows(logits: torch.Tensor, banned_ids: torch.Tensor, suppress: torch.
     return _reduce_block_argmax(partial_max, partial_idx, out_ids)
 
 
-if __name__ == "__main__":  # the self-check: the glue's cases of glm_asr_course/course/kernel_cases.py
+if __name__ == "__main__":  # the self-check: the glue's cases of glm_asr_course/kernels/kernel_cases.py
     from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))

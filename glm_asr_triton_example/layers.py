@@ -288,7 +288,7 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return _launch_per_row(softmax_kernel, x)
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_course/course/kernel_cases.py
+if __name__ == "__main__":  # the self-check: every case of glm_asr_course/kernels/kernel_cases.py
     from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))

@@ -151,7 +151,7 @@ def attention_output(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None 
     return out
 
 
-if __name__ == "__main__":  # the self-check: every case of glm_asr_course/course/kernel_cases.py
+if __name__ == "__main__":  # the self-check: every case of glm_asr_course/kernels/kernel_cases.py
     from glm_asr_course.kernels.self_check import main
 
     raise SystemExit(main(__file__))

@@ -1,4 +1,4 @@
-"""The class grader, ``./benchmark.sh --grade`` (glm_asr_course/tools/class_grading.py), on a synthetic class.
+"""The class grader, ``./benchmark.sh --grade`` (glm_asr_lab/grading/class_grading.py), on a synthetic class.
 
 Seven student copies of the cuTile template (glm_asr_lab/synthetic_class.py): one correct, one with a subtly
 wrong kernel (GELU by the tanh approximation), one with a TODO left, one that raises at import, one
@@ -97,7 +97,7 @@ def test_a_submission_cannot_write_the_grades_or_another_result(graded):
     # Each result records the fingerprint of what it was judged with (clip, checkpoint, case table, ...).
     plan = json.loads((out / "plan.json").read_text())
     assert stored["fingerprint"] == plan["fingerprint"]
-    assert any(name.endswith("glm_asr_course/course/kernel_cases.py") for name in plan["judged_files"])
+    assert any(name.endswith("glm_asr_course/kernels/kernel_cases.py") for name in plan["judged_files"])
 
 
 def test_class_tables(graded):

@@ -314,7 +314,7 @@ def main(script: str, argv=None) -> int:
     in_file = list(dict.fromkeys(c.kernel for c in CASES if c.file == path.stem and applies(c, track)))
     parser = argparse.ArgumentParser(prog=f"python {path.parent.name}/{path.name}",
                                      description=f"Self-check of {path.name}: every case of "
-                                                 "glm_asr_course/course/kernel_cases.py for its kernels.")
+                                                 "glm_asr_course/kernels/kernel_cases.py for its kernels.")
     parser.add_argument("kernels", nargs="*", metavar="KERNEL", help=f"only these ({', '.join(in_file)})")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.kernels) - set(in_file))

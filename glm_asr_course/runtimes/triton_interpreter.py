@@ -25,7 +25,6 @@ import sys
 import numpy as np
 import torch
 
-from triton.language import core as language_core
 
 from cutile_emulator.tf32 import round_to_tf32
 
@@ -68,6 +67,7 @@ def _patch_scalar_index():
 
 
 def _skip_repatching_in_helper_calls():
+    from triton.language import core as language_core
     from triton.runtime import interpreter
 
     patch_and_call = interpreter.InterpretedFunction.__call__

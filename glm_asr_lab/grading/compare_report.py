@@ -342,7 +342,7 @@ def markdown(report: dict, plot: str | None) -> str:
         e2e_table(report),
         "",
         "Floor: the longer of two times, the transcription's FLOPs at the device's measured matmul peak and its "
-        "minimum bytes at the measured copy bandwidth (glm_asr_course/measure/roofline.py: "
+        "minimum bytes at the measured copy bandwidth (glm_asr_lab/measure/roofline.py: "
         f"{report['peaks']['description']}); `floor / time` is the fraction of that bound reached.",
     ]
     if plot:
