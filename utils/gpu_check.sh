@@ -60,6 +60,9 @@ fi
 if [ -f .cutile/activate.sh ]; then
     source .cutile/activate.sh
 fi
+# The GPU image's own Python runs the repository uninstalled (an offline machine cannot build the
+# editable install), so the repository root goes on its path here, for every step and subprocess.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 step() {  # step NAME SECONDS COMMAND...
     local name=$1 limit=$2
