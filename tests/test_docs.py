@@ -336,8 +336,8 @@ def test_path_check_catches_stale_paths_and_modules():
 
 
 if __name__ == "__main__":
-    for relative in ["README.md", *TRACK_GUIDES.values(), *sorted(str(p.relative_to(REPO)) for p in
-                                                                  (REPO / "docs").glob("*.md"))]:
+    docs = sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))
+    for relative in dict.fromkeys(["README.md", *TRACK_GUIDES.values(), *docs]):
         if (REPO / relative).exists():
             text = text_of(relative)
             counts = sentence_word_counts(text)
