@@ -1,6 +1,6 @@
 """The course's layer kernels for GLM-ASR, in NVIDIA cuTile, each above its launcher: rmsnorm_kernel,
 layernorm_kernel, gelu_kernel, silu_kernel, linear_kernel_tf32, softmax_kernel (their formulas and
-where the model uses them: GUIDE.md, "The eleven kernels you write").
+where the model uses them: docs/guide-cutile.md, "The eleven kernels you write").
 
 A cuTile kernel sees tensors as arrays that know their shape and strides, and moves whole tiles:
 ``ct.load(array, index, shape)`` reads the tile at ``index`` counted in tiles (tile (i, j) of shape
@@ -46,7 +46,7 @@ def rmsnorm_kernel(x, weight, y, eps, ROWS: ct.Constant[int], BLOCK_N: ct.Consta
     whatever lies outside y.
     Hint: statistics in fp32 (ct.astype). Like transformers, round the normalised row to y's dtype
     before the weight multiply (round_as(v, y.dtype)); in bf16 it changes tokens. Where else to round:
-    GUIDE.md#interpreter-traps.
+    docs/guide-cutile.md#interpreter-traps.
     """
     block = ct.bid(0)
     rows = ct.astype(ct.load(x, (block, 0), (ROWS, BLOCK_N), padding_mode=ZERO), ct.float32)

@@ -86,7 +86,7 @@ def apply_rope_kernel(x, cos, sin, positions, HALF: ct.Constant[int], BLOCK_T: c
     Hint: read each token's table row with ct.gather(cos, (pos[:, None], lane[None, :])): positions
     are data, not tile indices. Round like transformers in bf16: the tables cast to x's dtype, each
     of the four products rounded to it, then the difference / sum (round_as; the rule:
-    GUIDE.md#interpreter-traps).
+    docs/guide-cutile.md#interpreter-traps).
     """
     block_t = ct.bid(0)
     b = ct.bid(1)

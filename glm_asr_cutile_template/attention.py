@@ -25,7 +25,7 @@ from glm_asr_course.kernels.todo_kernels import student_kernel  # noqa: E402
 from glm_asr_course.runtimes.tile_helpers import NEG_INF, ZERO, cdiv, next_power_of_2, rows_per_block
 
 
-@student_kernel("attention_scores_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#cutile-attention_scores_kernel")
+@student_kernel("attention_scores_kernel", reference="glm_asr_cutile_example.attention", guide="docs/guide-cutile.md#attention_scores_kernel")
 def attention_scores_kernel(q, k, s, scale, CAUSAL: ct.Constant[bool], TF32: ct.Constant[bool],
                             BLOCK_M: ct.Constant[int], BLOCK_N: ct.Constant[int], BLOCK_D: ct.Constant[int]):
     """S = Q K^T * scale for one (batch, head) and BLOCK_M query rows, fp32 scores.
@@ -45,7 +45,7 @@ def attention_scores_kernel(q, k, s, scale, CAUSAL: ct.Constant[bool], TF32: ct.
     # TODO: write the body, then replace the @student_kernel(...) line with @ct.kernel.
 
 
-@student_kernel("softmax_inplace_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#cutile-softmax_inplace_kernel")
+@student_kernel("softmax_inplace_kernel", reference="glm_asr_cutile_example.attention", guide="docs/guide-cutile.md#softmax_inplace_kernel")
 def softmax_inplace_kernel(s, ROWS: ct.Constant[int], BLOCK_N: ct.Constant[int]):
     """Softmax of the fp32 scores, in place, ROWS rows of n_cols keys per block.
 
@@ -61,7 +61,7 @@ def softmax_inplace_kernel(s, ROWS: ct.Constant[int], BLOCK_N: ct.Constant[int])
     # TODO: write the body, then replace the @student_kernel(...) line with @ct.kernel.
 
 
-@student_kernel("attention_output_kernel", reference="glm_asr_cutile_example.attention", guide="GUIDE.md#cutile-attention_output_kernel")
+@student_kernel("attention_output_kernel", reference="glm_asr_cutile_example.attention", guide="docs/guide-cutile.md#attention_output_kernel")
 def attention_output_kernel(p, v, o, TF32: ct.Constant[bool], BLOCK_M: ct.Constant[int],
                             BLOCK_N: ct.Constant[int], BLOCK_D: ct.Constant[int]):
     """O = P V for one (batch, head) and BLOCK_M query rows.

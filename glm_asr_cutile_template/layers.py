@@ -1,7 +1,7 @@
 # Generated from glm_asr_cutile_example/ by glm_asr_lab/make_template.py. Your copy: fill in the TODO kernels.
 """The course's layer kernels for GLM-ASR, in NVIDIA cuTile, each above its launcher: rmsnorm_kernel,
 layernorm_kernel, gelu_kernel, silu_kernel, linear_kernel_tf32, softmax_kernel (their formulas and
-where the model uses them: GUIDE.md, "The eleven kernels you write").
+where the model uses them: docs/guide-cutile.md, "The eleven kernels you write").
 
 A cuTile kernel sees tensors as arrays that know their shape and strides, and moves whole tiles:
 ``ct.load(array, index, shape)`` reads the tile at ``index`` counted in tiles (tile (i, j) of shape
@@ -34,7 +34,7 @@ from glm_asr_course.runtimes.tile_helpers import (
 )
 
 
-@student_kernel("rmsnorm_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#cutile-rmsnorm_kernel")
+@student_kernel("rmsnorm_kernel", reference="glm_asr_cutile_example.layers", guide="docs/guide-cutile.md#rmsnorm_kernel")
 def rmsnorm_kernel(x, weight, y, eps, ROWS: ct.Constant[int], BLOCK_N: ct.Constant[int]):
     """RMSNorm over the last dimension: y = x / sqrt(mean(x^2) + eps) * weight.
 
@@ -47,7 +47,7 @@ def rmsnorm_kernel(x, weight, y, eps, ROWS: ct.Constant[int], BLOCK_N: ct.Consta
     whatever lies outside y.
     Hint: statistics in fp32 (ct.astype). Like transformers, round the normalised row to y's dtype
     before the weight multiply (round_as(v, y.dtype)); in bf16 it changes tokens. Where else to round:
-    GUIDE.md#interpreter-traps.
+    docs/guide-cutile.md#interpreter-traps.
     """
     # TODO: write the body, then replace the @student_kernel(...) line with @ct.kernel.
 
@@ -63,7 +63,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return y.view(x.shape)
 
 
-@student_kernel("layernorm_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#cutile-layernorm_kernel")
+@student_kernel("layernorm_kernel", reference="glm_asr_cutile_example.layers", guide="docs/guide-cutile.md#layernorm_kernel")
 def layernorm_kernel(x, weight, bias, y, eps, ROWS: ct.Constant[int], BLOCK_N: ct.Constant[int]):
     """LayerNorm: y = (x - mean) / sqrt(var + eps) * weight + bias, biased variance, per row.
 
@@ -90,7 +90,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     return y.view(x.shape)
 
 
-@student_kernel("gelu_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#cutile-gelu_kernel")
+@student_kernel("gelu_kernel", reference="glm_asr_cutile_example.layers", guide="docs/guide-cutile.md#gelu_kernel")
 def gelu_kernel(x, y, BLOCK: ct.Constant[int]):
     """Exact GELU, elementwise: y = 0.5 * x * (1 + erf(x / sqrt(2))).
 
@@ -118,7 +118,7 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
     return _elementwise(gelu_kernel, x)
 
 
-@student_kernel("silu_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#cutile-silu_kernel")
+@student_kernel("silu_kernel", reference="glm_asr_cutile_example.layers", guide="docs/guide-cutile.md#silu_kernel")
 def silu_kernel(x, y, BLOCK: ct.Constant[int]):
     """SiLU (swish), elementwise: y = x * sigmoid(x) = x / (1 + exp(-x)).
 
@@ -136,7 +136,7 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     return _elementwise(silu_kernel, x)
 
 
-@student_kernel("linear_kernel_tf32", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#cutile-linear_kernel_tf32")
+@student_kernel("linear_kernel_tf32", reference="glm_asr_cutile_example.layers", guide="docs/guide-cutile.md#linear_kernel_tf32")
 def linear_kernel_tf32(x, w, bias, out, HAS_BIAS: ct.Constant[bool], TF32: ct.Constant[bool],
                        BLOCK_M: ct.Constant[int], BLOCK_N: ct.Constant[int], BLOCK_K: ct.Constant[int]):
     """out = x @ w^T + bias (nn.Linear), one (BLOCK_M, BLOCK_N) output tile per block.
@@ -183,7 +183,7 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return out
 
 
-@student_kernel("softmax_kernel", reference="glm_asr_cutile_example.layers", guide="GUIDE.md#cutile-softmax_kernel")
+@student_kernel("softmax_kernel", reference="glm_asr_cutile_example.layers", guide="docs/guide-cutile.md#softmax_kernel")
 def softmax_kernel(x, y, ROWS: ct.Constant[int], BLOCK_N: ct.Constant[int]):
     """Row softmax: y = exp(x - max(x)) / sum(exp(x - max(x))) over each row of N values.
 

@@ -21,7 +21,7 @@ from glm_asr_course.kernels.todo_kernels import student_kernel  # noqa: E402
 from glm_asr_course.runtimes.tile_helpers import ZERO, cdiv, next_power_of_2, round_as, rows_per_block
 
 
-@student_kernel("compute_freqs_kernel", reference="glm_asr_cutile_example.rope", guide="GUIDE.md#cutile-compute_freqs_kernel")
+@student_kernel("compute_freqs_kernel", reference="glm_asr_cutile_example.rope", guide="docs/guide-cutile.md#compute_freqs_kernel")
 def compute_freqs_kernel(cos, sin, theta, ROTARY_DIM: ct.Constant[int], BLOCK_P: ct.Constant[int],
                          BLOCK_HALF: ct.Constant[int]):
     """RoPE tables: cos[p, i] = cos(p * inv_freq[i]), sin[p, i] = sin(p * inv_freq[i]),
@@ -51,7 +51,7 @@ def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tu
     return cos, sin
 
 
-@student_kernel("apply_rope_kernel", reference="glm_asr_cutile_example.rope", guide="GUIDE.md#cutile-apply_rope_kernel")
+@student_kernel("apply_rope_kernel", reference="glm_asr_cutile_example.rope", guide="docs/guide-cutile.md#apply_rope_kernel")
 def apply_rope_kernel(x, cos, sin, positions, HALF: ct.Constant[int], BLOCK_T: ct.Constant[int],
                       BLOCK_H: ct.Constant[int], BLOCK_HALF: ct.Constant[int]):
     """Rotate-half RoPE, in place, on channels [0, 2 * HALF) of every head of x:
@@ -70,7 +70,7 @@ def apply_rope_kernel(x, cos, sin, positions, HALF: ct.Constant[int], BLOCK_T: c
     Hint: read each token's table row with ct.gather(cos, (pos[:, None], lane[None, :])): positions
     are data, not tile indices. Round like transformers in bf16: the tables cast to x's dtype, each
     of the four products rounded to it, then the difference / sum (round_as; the rule:
-    GUIDE.md#interpreter-traps).
+    docs/guide-cutile.md#interpreter-traps).
     """
     # TODO: write the body, then replace the @student_kernel(...) line with @ct.kernel.
 

@@ -14,7 +14,7 @@ Every file of the example is copied, with the package name replaced. Each region
 between ``# >>> STUDENT KERNEL name`` and ``# <<< STUDENT KERNEL`` (a kernel with a docstring,
 decorated ``@triton.jit`` in the Triton track, ``@ct.kernel`` in the cuTile track) becomes, in the
 template, the same signature and docstring under ``@student_kernel(...)`` with a TODO instead of
-the body: launching it raises a KernelTodo naming the kernel, its file and its GUIDE.md section
+the body: launching it raises a KernelTodo naming the kernel, its file and its section of the track guide
 (glm_asr_course/kernels/todo_kernels.py). The marked kernels must be exactly the course model's COURSE_KERNELS (every track's STUDENT_KERNELS).
 The template's README.md comes from utils/ (template_README.md, cutile_template_README.md); the
 example's own README.md, its fast path (fast_*.py) and the CuPy baseline (cupy_*.py) are not copied.
@@ -50,7 +50,7 @@ class Track:
     import_after: re.Pattern  # the line of a kernel file after which the student_kernel import goes
     import_anchor: str  # that line, in words, for errors
     readme: Path  # the template's README.md
-    guide_anchor: str  # GUIDE.md's anchor of a kernel's section, "{kernel}" standing for its name
+    guide_anchor: str  # the track guide's link to a kernel's section, "{kernel}" standing for its name
 
     @property
     def todo_line(self) -> str:
@@ -65,11 +65,11 @@ class Track:
 TRACKS = {
     "triton": Track("triton", "glm_asr_triton_example", "glm_asr_triton_template", "triton.jit",
                     re.compile(r"^import triton\.language as tl\b.*$", re.M), "'import triton.language as tl'",
-                    REPO / "utils" / "template_README.md", "{kernel}"),
+                    REPO / "utils" / "template_README.md", "docs/guide-triton.md#{kernel}"),
     "cutile": Track("cutile", "glm_asr_cutile_example", "glm_asr_cutile_template", "ct.kernel",
                     re.compile(r"^from glm_asr_course\.runtimes\.cutile import .*$", re.M),
                     "'from glm_asr_course.runtimes.cutile import ...'", REPO / "utils" / "cutile_template_README.md",
-                    "cutile-{kernel}"),
+                    "docs/guide-cutile.md#{kernel}"),
 }
 
 
@@ -102,7 +102,7 @@ def _todo_region(region: list[str], name: str, where: str, module: str, track: T
     if ast.get_docstring(fn) is None:
         raise TemplateError(f"{where}: {name} needs a docstring (formula, shapes, grid, masking, hint)")
     signature_and_doc = region[fn.lineno - 1:fn.body[0].end_lineno]
-    guide = "GUIDE.md#" + track.guide_anchor.format(kernel=name)
+    guide = track.guide_anchor.format(kernel=name)
     decorator = f'@student_kernel("{name}", reference="{track.source}.{module}", guide="{guide}")'
     return [decorator, *signature_and_doc, track.todo_line]
 

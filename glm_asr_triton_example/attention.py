@@ -10,7 +10,7 @@ Each (B, H, T, ...) operand reaches a kernel as a pointer and its batch, head an
 dim contiguous), so a view into the fused q|k|v output or into the KV cache needs no copy, and a
 head stride of 0 lets several query heads read one kv head (GQA). The scores and output kernels run
 on a (query block, batch x head) grid; triton_helpers's batch_and_head splits the second axis. Where
-the course model calls them, in its encoder and decoder attention: GUIDE.md#where-the-model-uses-them.
+the course model calls them, in its encoder and decoder attention: docs/course.md#where-the-model-uses-them.
 
 In the encoder the (..., Tq, Tk) fp32 scores cross memory four times (written, read and rewritten
 by the softmax, read by P V); the example's fast path, fused flash attention, never writes them.
@@ -124,7 +124,7 @@ def attention_output_kernel(p_ptr, v_ptr, o_ptr, n_heads, Tq, Tk,
     < Tq and channels < HEAD_DIM are stored.
     Hint: transformers casts the probabilities to v's dtype before the product: round_to(p, v.dtype)
     does the same in bf16 (a no-op in fp32). Round the result once, at the store (round_to, not
-    .to(): GUIDE.md#interpreter-traps).
+    .to(): docs/guide-triton.md#interpreter-traps).
     """
     b, h = batch_and_head(tl.program_id(1), n_heads)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -1,6 +1,6 @@
 """The course's layer kernels for GLM-ASR, in Triton, each above its launcher: rmsnorm_kernel,
 layernorm_kernel, gelu_kernel, silu_kernel, linear_kernel_tf32, softmax_kernel (their formulas and
-where the model uses them: GUIDE.md, "The eleven kernels you write").
+where the model uses them: docs/guide-triton.md, "The eleven kernels you write").
 
 These are the model's whole arithmetic apart from attention (attention.py), RoPE (rope.py) and the
 provided glue (glue.py, conv.py): the course model calls nothing else. Launchers take and return torch
@@ -71,7 +71,7 @@ def rmsnorm_kernel(x_ptr, weight_ptr, y_ptr, x_row_stride, y_row_stride, n_rows,
     the sum of squares as long as the mean divides by N, not BLOCK_N.
     Hint: statistics in fp32. Like transformers, round the normalised row x * inv_rms to y's dtype
     before the weight multiply (round_to(v, y_ptr.dtype.element_ty)); in bf16 it changes tokens.
-    eps is a Python float under the interpreter; when to use round_to: GUIDE.md#interpreter-traps.
+    eps is a Python float under the interpreter; when to use round_to: docs/guide-triton.md#interpreter-traps.
     """
     # ROWS rows per program, one whole row each (1 on a GPU; many under the interpreter).
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]

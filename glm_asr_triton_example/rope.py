@@ -39,7 +39,7 @@ def compute_freqs_kernel(cos_ptr, sin_ptr, max_positions, theta, stride_table,
     match those roundings, then take cos/sin of that fp32 angle (fp32 cos/sin pass the check; cos/sin
     in fp64 rounded once to fp32 land closer to torch's). theta arrives as a Python float
     under the interpreter: build a tensor from it (tl.full), don't call .to() on it
-    (GUIDE.md#interpreter-traps).
+    (docs/guide-triton.md#interpreter-traps).
     """
     pos = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     i = tl.arange(0, BLOCK_HALF)
@@ -93,7 +93,7 @@ def apply_rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, n_heads, T,
     Hint: the positions are data: load each token's position, then its table row at
     cos_ptr + pos * stride_table. Round like transformers in bf16 (round_to): the tables cast to x's
     dtype, each of the four products rounded to it, then the difference / sum
-    (GUIDE.md#interpreter-traps). On a GPU a small tile is held by several threads at once, so put
+    (docs/guide-triton.md#interpreter-traps). On a GPU a small tile is held by several threads at once, so put
     tl.debug_barrier() between the loads and the in-place stores.
     """
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]

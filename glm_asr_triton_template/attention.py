@@ -11,7 +11,7 @@ Each (B, H, T, ...) operand reaches a kernel as a pointer and its batch, head an
 dim contiguous), so a view into the fused q|k|v output or into the KV cache needs no copy, and a
 head stride of 0 lets several query heads read one kv head (GQA). The scores and output kernels run
 on a (query block, batch x head) grid; triton_helpers's batch_and_head splits the second axis. Where
-the course model calls them, in its encoder and decoder attention: GUIDE.md#where-the-model-uses-them.
+the course model calls them, in its encoder and decoder attention: docs/course.md#where-the-model-uses-them.
 
 In the encoder the (..., Tq, Tk) fp32 scores cross memory four times (written, read and rewritten
 by the softmax, read by P V); the example's fast path, fused flash attention, never writes them.
@@ -37,7 +37,7 @@ from glm_asr_course.runtimes.triton_helpers import (
 )
 
 
-@student_kernel("attention_scores_kernel", reference="glm_asr_triton_example.attention", guide="GUIDE.md#attention_scores_kernel")
+@student_kernel("attention_scores_kernel", reference="glm_asr_triton_example.attention", guide="docs/guide-triton.md#attention_scores_kernel")
 def attention_scores_kernel(q_ptr, k_ptr, s_ptr, n_heads, Tq, Tk, scale,
                             stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
                             stride_sb, stride_sh, stride_sq,
@@ -61,7 +61,7 @@ def attention_scores_kernel(q_ptr, k_ptr, s_ptr, n_heads, Tq, Tk, scale,
     # TODO: write the body, then replace the @student_kernel(...) line with @triton.jit.
 
 
-@student_kernel("softmax_inplace_kernel", reference="glm_asr_triton_example.attention", guide="GUIDE.md#softmax_inplace_kernel")
+@student_kernel("softmax_inplace_kernel", reference="glm_asr_triton_example.attention", guide="docs/guide-triton.md#softmax_inplace_kernel")
 def softmax_inplace_kernel(s_ptr, n_rows, n_cols, stride_row, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
     """Softmax of the fp32 scores, in place, ROWS rows of n_cols keys per program.
 
@@ -78,7 +78,7 @@ def softmax_inplace_kernel(s_ptr, n_rows, n_cols, stride_row, BLOCK_N: tl.conste
     # TODO: write the body, then replace the @student_kernel(...) line with @triton.jit.
 
 
-@student_kernel("attention_output_kernel", reference="glm_asr_triton_example.attention", guide="GUIDE.md#attention_output_kernel")
+@student_kernel("attention_output_kernel", reference="glm_asr_triton_example.attention", guide="docs/guide-triton.md#attention_output_kernel")
 def attention_output_kernel(p_ptr, v_ptr, o_ptr, n_heads, Tq, Tk,
                             stride_pb, stride_ph, stride_pq, stride_vb, stride_vh, stride_vt,
                             stride_ob, stride_oh, stride_ot,
@@ -94,7 +94,7 @@ def attention_output_kernel(p_ptr, v_ptr, o_ptr, n_heads, Tq, Tk,
     < Tq and channels < HEAD_DIM are stored.
     Hint: transformers casts the probabilities to v's dtype before the product: round_to(p, v.dtype)
     does the same in bf16 (a no-op in fp32). Round the result once, at the store (round_to, not
-    .to(): GUIDE.md#interpreter-traps).
+    .to(): docs/guide-triton.md#interpreter-traps).
     """
     # TODO: write the body, then replace the @student_kernel(...) line with @triton.jit.
 

@@ -1,7 +1,7 @@
 # Generated from glm_asr_triton_example/ by glm_asr_lab/make_template.py. Your copy: fill in the TODO kernels.
 """The course's layer kernels for GLM-ASR, in Triton, each above its launcher: rmsnorm_kernel,
 layernorm_kernel, gelu_kernel, silu_kernel, linear_kernel_tf32, softmax_kernel (their formulas and
-where the model uses them: GUIDE.md, "The eleven kernels you write").
+where the model uses them: docs/guide-triton.md, "The eleven kernels you write").
 
 These are the model's whole arithmetic apart from attention (attention.py), RoPE (rope.py) and the
 provided glue (glue.py, conv.py): the course model calls nothing else. Launchers take and return torch
@@ -59,7 +59,7 @@ def _launch_elementwise(kernel, x: torch.Tensor) -> torch.Tensor:
     return y.view(x.shape)
 
 
-@student_kernel("rmsnorm_kernel", reference="glm_asr_triton_example.layers", guide="GUIDE.md#rmsnorm_kernel")
+@student_kernel("rmsnorm_kernel", reference="glm_asr_triton_example.layers", guide="docs/guide-triton.md#rmsnorm_kernel")
 def rmsnorm_kernel(x_ptr, weight_ptr, y_ptr, x_row_stride, y_row_stride, n_rows, N, eps,
                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
     """RMSNorm over the last dimension: y = x / sqrt(mean(x^2) + eps) * weight.
@@ -72,7 +72,7 @@ def rmsnorm_kernel(x_ptr, weight_ptr, y_ptr, x_row_stride, y_row_stride, n_rows,
     the sum of squares as long as the mean divides by N, not BLOCK_N.
     Hint: statistics in fp32. Like transformers, round the normalised row x * inv_rms to y's dtype
     before the weight multiply (round_to(v, y_ptr.dtype.element_ty)); in bf16 it changes tokens.
-    eps is a Python float under the interpreter; when to use round_to: GUIDE.md#interpreter-traps.
+    eps is a Python float under the interpreter; when to use round_to: docs/guide-triton.md#interpreter-traps.
     """
     # TODO: write the body, then replace the @student_kernel(...) line with @triton.jit.
 
@@ -82,7 +82,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return _launch_per_row(rmsnorm_kernel, x, weight, scalars=(eps,))
 
 
-@student_kernel("layernorm_kernel", reference="glm_asr_triton_example.layers", guide="GUIDE.md#layernorm_kernel")
+@student_kernel("layernorm_kernel", reference="glm_asr_triton_example.layers", guide="docs/guide-triton.md#layernorm_kernel")
 def layernorm_kernel(x_ptr, weight_ptr, bias_ptr, y_ptr, x_row_stride, y_row_stride, n_rows, N, eps,
                      BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
     """LayerNorm: y = (x - mean) / sqrt(var + eps) * weight + bias, biased variance, per row.
@@ -103,7 +103,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     return _launch_per_row(layernorm_kernel, x, weight, bias, scalars=(eps,))
 
 
-@student_kernel("gelu_kernel", reference="glm_asr_triton_example.layers", guide="GUIDE.md#gelu_kernel")
+@student_kernel("gelu_kernel", reference="glm_asr_triton_example.layers", guide="docs/guide-triton.md#gelu_kernel")
 def gelu_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     """Exact GELU, elementwise: y = 0.5 * x * (1 + erf(x / sqrt(2))).
 
@@ -121,7 +121,7 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
     return _launch_elementwise(gelu_kernel, x)
 
 
-@student_kernel("silu_kernel", reference="glm_asr_triton_example.layers", guide="GUIDE.md#silu_kernel")
+@student_kernel("silu_kernel", reference="glm_asr_triton_example.layers", guide="docs/guide-triton.md#silu_kernel")
 def silu_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     """SiLU (swish), elementwise: y = x * sigmoid(x) = x / (1 + exp(-x)).
 
@@ -139,7 +139,7 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     return _launch_elementwise(silu_kernel, x)
 
 
-@student_kernel("linear_kernel_tf32", reference="glm_asr_triton_example.layers", guide="GUIDE.md#linear_kernel_tf32")
+@student_kernel("linear_kernel_tf32", reference="glm_asr_triton_example.layers", guide="docs/guide-triton.md#linear_kernel_tf32")
 def linear_kernel_tf32(
     x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
@@ -195,7 +195,7 @@ def linear_tf32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return out
 
 
-@student_kernel("softmax_kernel", reference="glm_asr_triton_example.layers", guide="GUIDE.md#softmax_kernel")
+@student_kernel("softmax_kernel", reference="glm_asr_triton_example.layers", guide="docs/guide-triton.md#softmax_kernel")
 def softmax_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_rows, N, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
     """Row softmax: y = exp(x - max(x)) / sum(exp(x - max(x))) over each row of N values.
 

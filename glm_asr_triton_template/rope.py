@@ -26,7 +26,7 @@ from glm_asr_course.model import launch_contracts
 from glm_asr_course.runtimes.triton_helpers import INTERPRET, round_to, rows_per_program
 
 
-@student_kernel("compute_freqs_kernel", reference="glm_asr_triton_example.rope", guide="GUIDE.md#compute_freqs_kernel")
+@student_kernel("compute_freqs_kernel", reference="glm_asr_triton_example.rope", guide="docs/guide-triton.md#compute_freqs_kernel")
 def compute_freqs_kernel(cos_ptr, sin_ptr, max_positions, theta, stride_table,
                          ROTARY_DIM: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_P: tl.constexpr):
     """RoPE tables: cos[p, i] = cos(p * inv_freq[i]), sin[p, i] = sin(p * inv_freq[i]),
@@ -40,7 +40,7 @@ def compute_freqs_kernel(cos_ptr, sin_ptr, max_positions, theta, stride_table,
     match those roundings, then take cos/sin of that fp32 angle (fp32 cos/sin pass the check; cos/sin
     in fp64 rounded once to fp32 land closer to torch's). theta arrives as a Python float
     under the interpreter: build a tensor from it (tl.full), don't call .to() on it
-    (GUIDE.md#interpreter-traps).
+    (docs/guide-triton.md#interpreter-traps).
     """
     # TODO: write the body, then replace the @student_kernel(...) line with @triton.jit.
 
@@ -57,7 +57,7 @@ def rope_tables(max_positions: int, rotary_dim: int, theta: float, device) -> tu
     return cos, sin
 
 
-@student_kernel("apply_rope_kernel", reference="glm_asr_triton_example.rope", guide="GUIDE.md#apply_rope_kernel")
+@student_kernel("apply_rope_kernel", reference="glm_asr_triton_example.rope", guide="docs/guide-triton.md#apply_rope_kernel")
 def apply_rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, n_heads, T,
                       stride_xb, stride_xt, stride_xh, stride_pb, stride_pt, stride_table,
                       HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr):
@@ -75,7 +75,7 @@ def apply_rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, n_heads, T,
     Hint: the positions are data: load each token's position, then its table row at
     cos_ptr + pos * stride_table. Round like transformers in bf16 (round_to): the tables cast to x's
     dtype, each of the four products rounded to it, then the difference / sum
-    (GUIDE.md#interpreter-traps). On a GPU a small tile is held by several threads at once, so put
+    (docs/guide-triton.md#interpreter-traps). On a GPU a small tile is held by several threads at once, so put
     tl.debug_barrier() between the loads and the in-place stores.
     """
     # TODO: write the body, then replace the @student_kernel(...) line with @triton.jit.

@@ -5,7 +5,7 @@ On the tiny random checkpoint the page offers without a GPU: upload test_audio.w
 and read the transcript area, which must hold transformers' greedy text for that clip; record from
 Chromium's fake microphone (fed with the same clip) and check that the recording reaches the model
 (its length, its loudness and the tokens on the run card); run compare mode. Screenshots of the
-finished transcription and of the comparison go to $GLM_ASR_DEMO_SCREENSHOTS when it is set (README's
+finished transcription and of the comparison go to $GLM_ASR_DEMO_SCREENSHOTS when it is set (docs/demo.md's
 come from `GLM_ASR_DEMO_SCREENSHOTS=docs/demo pytest tests/test_browser_demo.py`), else to a temporary folder.
 """
 

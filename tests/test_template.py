@@ -39,9 +39,9 @@ from glm_asr_triton_example import STUDENT_KERNELS  # noqa: E402
 
 TEMPLATE = "glm_asr_triton_template"
 FILLED = "glm_asr_triton_filled"
-# Both tracks' templates, with their example and the prefix of their kernels' GUIDE.md anchors.
-TRACK_TEMPLATES = {"glm_asr_triton_template": ("glm_asr_triton_example", ""),
-                   "glm_asr_cutile_template": ("glm_asr_cutile_example", "cutile-")}
+# Both tracks' templates, with their example and their track guide (a kernel's section: GUIDE#kernel).
+TRACK_TEMPLATES = {"glm_asr_triton_template": ("glm_asr_triton_example", "docs/guide-triton.md"),
+                   "glm_asr_cutile_template": ("glm_asr_cutile_example", "docs/guide-cutile.md")}
 DEV = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 
 
@@ -240,7 +240,7 @@ def test_every_course_kernel_is_on_the_template_path(template, kernel, tiny_ckpt
     assert code == 2, out
     line = _one_error_line(err)
     assert line.startswith(f"error: {kernel} in {template}/"), line
-    guide = f"GUIDE.md#{TRACK_TEMPLATES[template][1]}{kernel}"
+    guide = f"{TRACK_TEMPLATES[template][1]}#{kernel}"
     assert guide in line and f"--allow-reference {kernel}" in line
 
 
@@ -276,7 +276,7 @@ def test_template_without_allow_reference_exits_2_naming_the_todo(tiny_ckpt, cap
     assert kernel and kernel.group(1) in template_todos(), line
     file = {"compute_freqs_kernel": "rope"}.get(kernel.group(1), "layers")  # the model loads, then encodes
     assert kernel.group(2) == f"{TEMPLATE}/{file}.py"
-    assert f"GUIDE.md#{kernel.group(1)}" in line and f"--allow-reference {kernel.group(1)}" in line
+    assert f"docs/guide-triton.md#{kernel.group(1)}" in line and f"--allow-reference {kernel.group(1)}" in line
 
 
 def test_template_todo_kernel_raises_and_substitutes():

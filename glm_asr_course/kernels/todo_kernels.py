@@ -2,7 +2,7 @@
 
 In a template, each kernel a student writes is declared as
 
-    @student_kernel("rmsnorm_kernel", reference="glm_asr_triton_example.layers", guide="GUIDE.md#rmsnorm_kernel")
+    @student_kernel("rmsnorm_kernel", reference="glm_asr_triton_example.layers", guide="docs/guide-triton.md#rmsnorm_kernel")
     def rmsnorm_kernel(x_ptr, ...):
         \"\"\"formula, shapes, grid, hint\"\"\"
 
