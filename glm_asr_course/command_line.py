@@ -17,8 +17,8 @@ from glm_asr_course.errors import UserError
 from glm_asr_course.timer import time_call
 from glm_asr_course.model.frontend import ASRInputs, prepare_inputs
 from glm_asr_course.model.precision import PRECISIONS, Precision, from_options
-from glm_asr_course.tracks import (PATH_MODULES, REPO_ROOT, Checkpoint, import_folder, import_track, open_checkpoint, path_summary, resolve_path,
-                      track_name, use_device)
+from glm_asr_course.tracks import (CPU_RUNNERS, PATH_MODULES, REPO_ROOT, Checkpoint, import_folder, import_track, kernel_language,
+                                    open_checkpoint, path_summary, resolve_path, track_name, use_device)
 
 DEFAULT_AUDIO = REPO_ROOT / "test_audio.wav"
 DEFAULT_EXPECTED = REPO_ROOT / "test_audio.txt"
@@ -160,13 +160,7 @@ INTERPRETED_MAX_PARAMETERS = 50_000_000
 def cpu_kernel_runner(folder: str, path: str) -> str | None:
     """What runs a track's kernels on a CPU: "the Triton interpreter", "the cuTile emulator", or None
     where the track is plain PyTorch or NumPy (the scratch track, the CuPy path)."""
-    if path == "cupy":
-        return None
-    if "triton" in folder:
-        return "the Triton interpreter"
-    if "cutile" in folder:
-        return "the cuTile emulator"
-    return None
+    return None if path == "cupy" else CPU_RUNNERS[kernel_language(folder)]
 
 
 def parameter_count(cfg) -> int:

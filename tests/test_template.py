@@ -35,6 +35,7 @@ from glm_asr_lab import make_template
 from glm_asr_course.kernels import todo_kernels  # noqa: E402
 from glm_asr_course.model.audio import load_audio  # noqa: E402
 from glm_asr_course.errors import run_cli  # noqa: E402
+from glm_asr_course.tracks import kernel_language  # noqa: E402
 from glm_asr_triton_example import STUDENT_KERNELS  # noqa: E402
 
 TEMPLATE = "glm_asr_triton_template"
@@ -47,7 +48,7 @@ DEV = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET")
 
 def track_of(template: str) -> str:
     """The kernel language of a template folder: "triton" or "cutile"."""
-    return template.split("_")[2]
+    return kernel_language(template)
 
 
 def template_todos(template: str = TEMPLATE) -> set[str]:

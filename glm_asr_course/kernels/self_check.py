@@ -40,7 +40,7 @@ from glm_asr_course.model import launch_contracts
 from glm_asr_course.model.course_model import TrackOps, track_ops
 from glm_asr_course.kernels.kernel_cases import CASES, Close, Inputs, Verdict
 from glm_asr_course.runtimes import triton_interpreter
-from glm_asr_course.tracks import import_folder
+from glm_asr_course.tracks import import_folder, kernel_language
 
 _RECORDING: list[SelfCheck] | None = None
 
@@ -255,7 +255,7 @@ class Track:
 
 def load_track(package: str) -> Track:
     """A track package (an example, a template, a filled or planted copy) and how its kernels run."""
-    if "cutile" in package:
+    if kernel_language(Path(import_folder(package).__file__).parent) == "cutile":
         from glm_asr_course.runtimes.cutile import MODE
 
         return Track(package, track_ops(package), import_folder(package).STUDENT_KERNELS, MODE != "gpu",

@@ -69,11 +69,10 @@ from glm_asr_course.errors import UserError, run_cli
 from glm_asr_lab.grading import class_report, slurm
 from glm_asr_course.command_line import (ArgumentParser, add_common_args, expected_text, positive_int, refuse_interpreted_full_size,
                            resolve_device)
-from glm_asr_course.tracks import REPO_ROOT
+from glm_asr_course.tracks import REPO_ROOT, declared_language
 
 TRACKS = ("triton", "cutile")
 # A file only one track's folders have: how a submission's track is told without importing it.
-TRACK_MARKERS = {"triton": "glm_asr_course/runtimes/triton_helpers.py", "cutile": "glm_asr_course/runtimes/tile_helpers.py"}
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 MAX_SUBMISSION_BYTES = 100 << 20  # a student's folder is a few hundred kB; more is a mistake or a bomb
 RESULT_LIMIT_BYTES = 8 << 20  # a worker's result: ~60 kernel rows and a few hundred ids
@@ -177,7 +176,8 @@ def track_package(files: dict[str, bytes], name: str, track: str | None) -> tupl
         where = "no model.py" if not tops else f"model.py in {len(tops)} folders"
         raise SubmissionProblem(f"{name}: not one copy of a template folder ({where})")
     package = {rel[len(tops[0]):]: data for rel, data in files.items() if rel.startswith(tops[0])}
-    found = [t for t, marker in TRACK_MARKERS.items() if marker in package]
+    language = declared_language(package.get("__init__.py", b""))
+    found = [language] if language in ("triton", "cutile") else []
     if track is not None and found and found != [track]:
         raise SubmissionProblem(f"{name}: a {found[0]} folder, and the class is graded as {track} (--track)")
     if track is None and len(found) != 1:

@@ -42,24 +42,25 @@ from glm_asr_course.kernels import self_check
 from glm_asr_course.kernels import todo_kernels
 from glm_asr_course.command_line import release, time_runs
 from glm_asr_course.errors import UserError
-from glm_asr_course.tracks import import_track, track_folders, track_paths
+from glm_asr_course.tracks import import_track, kernel_language, track_folders, track_paths
 
 # A row is flagged in the bottleneck analysis when it is this much slower than the solution's.
 SLOWER_FLAG = 1.25
 
 
 def solution_folder(folder: str, requested: str | None) -> str:
-    """The folder a student's is graded against: --solution, else the example of the same kernel
-    language (glm_asr_triton_* → glm_asr_triton_example, glm_asr_cutile_* → glm_asr_cutile_example)."""
+    """The folder a student's is graded against: --solution, else the example of the folder's kernel
+    language (tracks.kernel_language: a Triton folder → glm_asr_triton_example, a cuTile one →
+    glm_asr_cutile_example)."""
     folders = track_folders()
     if requested is not None:
         name = Path(requested.rstrip("/")).name
         if name not in folders:
             raise UserError(f"--solution {requested}: not a model folder; choose one of: {', '.join(folders)}")
         return name
-    for language in ("cutile", "triton"):
-        if language in folder and f"glm_asr_{language}_example" in folders:
-            return f"glm_asr_{language}_example"
+    example = f"glm_asr_{kernel_language(folder)}_example"
+    if example in folders:
+        return example
     raise UserError(f"--compare: no solution folder for {folder}; name one with --solution FOLDER")
 
 
