@@ -71,7 +71,7 @@ def main(argv) -> int:
     mean, std = times["mean_ms"], times["std_ms"]
     text = decode(session.checkpoint.processor, tokens)
     verdict = judge(session, args, tokens, text)
-    substituted = todo_kernels.substituted()
+    substituted = session.references.substituted()
 
     print("=" * 60)
     print("RESULTS")

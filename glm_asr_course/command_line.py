@@ -5,7 +5,7 @@ import gc
 import json
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -246,6 +246,7 @@ class Session:
     features_ms: float
     load_seconds: float  # reading the checkpoint, then building the model
     cpu_defaults: str | None = None  # the header line of the run options a CPU run defaulted to
+    references: todo_kernels.References = field(default_factory=todo_kernels.References)  # --allow-reference's
     model: object = None
     path_summary: str = ""
 
@@ -266,7 +267,8 @@ def prepare_session(args, folder: str, log=print) -> Session:
     check_output_path(args.json)
     # Before the model loads: loading already launches kernels (the RoPE tables).
     name = folder.rstrip("/").split("/")[-1]
-    todo_kernels.allow_references(getattr(args, "allow_reference", None), folder_student_kernels(name), name)
+    references = todo_kernels.references_for(getattr(args, "allow_reference", None), folder_student_kernels(name), name)
+    todo_kernels.use(references)
     precision = from_options(args.precision, args.dtype, device)
     use_device(device)  # before anything imports Triton (transformers' processor can)
     if device == "cpu":
@@ -285,7 +287,7 @@ def prepare_session(args, folder: str, log=print) -> Session:
     log(f"Feature extraction: {features_ms:.1f}ms ({inputs.input_features.shape[0]} window(s), "
         f"prompt {inputs.input_ids.shape[1]} tokens)")
     return Session(folder, path, device, precision, precision_description(precision, device, name, path), checkpoint,
-                   inputs, len(audio) / SAMPLE_RATE, features_ms, read_ms / 1000, cpu_defaults)
+                   inputs, len(audio) / SAMPLE_RATE, features_ms, read_ms / 1000, cpu_defaults, references)
 
 
 def load_track_model(session: Session, log=print):

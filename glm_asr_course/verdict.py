@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import torch
 
-from glm_asr_course.kernels import todo_kernels
 from glm_asr_course.command_line import INTERPRETED_MAX_PARAMETERS, expected_text, open_args_checkpoint, parameter_count, release
 from glm_asr_course.model.precision import PRECISIONS
 from glm_asr_course.reference.scoring import word_error_rate
@@ -134,7 +133,7 @@ def judge(session, args, ids: list[int], text: str) -> Verdict:
         expected = expected_text(args)
         status, code, wer = transcript_status(text, expected)
     # --allow-reference: the example's kernels stood in for unwritten ones; never a plain PASS then.
-    substituted = todo_kernels.substituted()
+    substituted = session.references.substituted()
     if substituted:
         names = ", ".join(substituted)
         status = f"PASS WITH REFERENCE KERNELS ({names})" if status == "PASS" else f"{status} (reference kernels: {names})"

@@ -654,7 +654,7 @@ def test_region_timer_splits_a_run():
     s = summarize(timer.regions, timer.total_ms)
     assert len(s["layers.encoder"]) == 2 and len(s["steps"]) == 3 and s["decode.steps"] == 3
     assert sum(s[k] for k in ("encoder", "projector", "prefill", "decode", "outside")) == pytest.approx(s["total"])
-    assert regions._TIMER is None
+    assert regions._TIMER.get() is None
 
 
 # ---------------------------------------------------------------------------------------------

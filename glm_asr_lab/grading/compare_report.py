@@ -138,19 +138,15 @@ def compare(session, args, student: dict, log=print) -> dict:
     kernels = self_check.load_track(folder).student_kernels
     student_kernels = kernel_rows(folder)
     # The solution's rows must not run on reference substitutions meant for the student's folder.
-    allowed = set(todo_kernels.ALLOWED_REFERENCES)
-    todo_kernels.ALLOWED_REFERENCES.clear()
-    try:
+    with todo_kernels.References().active():
         solution_kernels = kernel_rows(solution)
-    finally:
-        todo_kernels.ALLOWED_REFERENCES.update(allowed)
     rows = [e2e_row("student", f"{folder} ({session.path} path)", student["runs_ms"], student["token_ids"])
             ] if student["runs_ms"] else []
     rows += measure_others(session, args, solution, log)
     peaks = roofline.device_peaks(session.device, log=lambda *_: None)
     for row in rows:
         add_floor(row, roofline_floor(session, row["tokens"], peaks))
-    header = dict(run_header(session), folder=folder, solution=solution, substituted_kernels=todo_kernels.substituted())
+    header = dict(run_header(session), folder=folder, solution=solution, substituted_kernels=session.references.substituted())
     return assemble_report(header, student, kernels, pair_kernel_rows(student_kernels, solution_kernels), rows,
                            peaks_summary(peaks, session.precision.name))
 
