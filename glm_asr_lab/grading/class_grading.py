@@ -761,7 +761,7 @@ def make_plan(args) -> Plan:
         raise UserError(f"--cases {args.cases}: the case table's kernels are {', '.join(known)}")
     device = args.device or ("cuda" if args.slurm else resolve_device(None))
     if device == "cpu":
-        refuse_interpreted_full_size(args, f"glm_asr_{args.track or 'triton'}_example", "course")
+        refuse_interpreted_full_size(args.model, args.random_weights, f"glm_asr_{args.track or 'triton'}_example", "course")
     load_audio(args.audio)  # a clip that cannot be read: its one line, before anything runs
     model_dir = ckpt.local_model_dir(args.model) if args.random_weights else ckpt.resolve_model_dir(args.model)
     clip = Path(args.audio).resolve()
@@ -778,7 +778,7 @@ def make_plan(args) -> Plan:
     argv += ["--random-weights"] if args.random_weights else []
     argv += ["--precision", args.precision] if args.precision else []
     argv += ["--max-new-tokens", str(args.max_new_tokens)] if args.max_new_tokens else []
-    plan = Plan(str(out), str(submissions.resolve()), device, argv, cases, args.time_limit, expected_text(args),
+    plan = Plan(str(out), str(submissions.resolve()), device, argv, cases, args.time_limit, expected_text(args.audio, args.expected),
                 judged_files(clip, model_dir), "", [])
     plan.fingerprint = fingerprint = plan.current_fingerprint()
 

@@ -89,7 +89,7 @@ def e2e_row(label: str, what: str, runs: list[float], tokens: list[int]) -> dict
             "ms_per_token": times["mean_ms"] / max(len(tokens), 1), "token_ids": tokens}
 
 
-def measure_others(session, args, solution: str, log=print) -> list[dict]:
+def measure_others(session, solution: str, log=print) -> list[dict]:
     """The solution's course and fast paths and transformers, one model in memory at a time."""
     rows = []
     ckpt, device = session.checkpoint, session.device
@@ -100,7 +100,7 @@ def measure_others(session, args, solution: str, log=print) -> list[dict]:
         log(f"[compare] {solution} {path} path: loading and timing")
         model = module.load_model(ckpt.config, ckpt.weights, device, session.precision)
         label = "course baseline" if path == "course" else "fast path"
-        rows.append(e2e_row(label, f"{solution} ({path} path)", *time_runs(model, session.inputs, args, device)))
+        rows.append(e2e_row(label, f"{solution} ({path} path)", *time_runs(model, session.inputs, session.options, device)))
         del model
         release(device)
     if importlib.util.find_spec("transformers") is None:
@@ -109,9 +109,10 @@ def measure_others(session, args, solution: str, log=print) -> list[dict]:
     from glm_asr_course.reference.hf_model import HFTrack, raw_config
 
     log("[compare] transformers: loading and timing")
-    model = HFTrack(raw_config(args), ckpt.weights, ckpt.config, device, session.precision)
+    model = HFTrack(raw_config(session.options.model, session.options.random_weights), ckpt.weights, ckpt.config,
+                    device, session.precision)
     rows.append(e2e_row("transformers", "GlmAsrForConditionalGeneration (sdpa)",
-                        *time_runs(model, session.inputs, args, device, streams_tokens=False)))
+                        *time_runs(model, session.inputs, session.options, device, streams_tokens=False)))
     del model
     release(device)
     return rows
@@ -129,11 +130,11 @@ def pair_kernel_rows(student: list[dict], solution: list[dict]) -> list[dict]:
     return paired
 
 
-def compare(session, args, student: dict, log=print) -> dict:
-    """Measure everything; returns the report's dict. ``student``: benchmark_student's result (or
-    unfinished_run's)."""
+def compare(session, requested_solution: str | None, student: dict, log=print) -> dict:
+    """Measure everything; returns the report's dict. ``requested_solution``: --solution, or None;
+    ``student``: benchmark_student's result (or unfinished_run's)."""
     folder = session.folder.rstrip("/").split("/")[-1]
-    solution = solution_folder(folder, getattr(args, "solution", None))
+    solution = solution_folder(folder, requested_solution)
     log(f"[compare] kernel self-checks: {folder} against {solution}")
     kernels = self_check.load_track(folder).student_kernels
     student_kernels = kernel_rows(folder)
@@ -142,7 +143,7 @@ def compare(session, args, student: dict, log=print) -> dict:
         solution_kernels = kernel_rows(solution)
     rows = [e2e_row("student", f"{folder} ({session.path} path)", student["runs_ms"], student["token_ids"])
             ] if student["runs_ms"] else []
-    rows += measure_others(session, args, solution, log)
+    rows += measure_others(session, solution, log)
     peaks = roofline.device_peaks(session.device, log=lambda *_: None)
     for row in rows:
         add_floor(row, roofline_floor(session, row["tokens"], peaks))
