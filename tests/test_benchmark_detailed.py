@@ -628,7 +628,7 @@ def test_component_mapping_of_nested_regions():
 
 
 def test_timer_warms_up_repeats_and_returns_the_result():
-    from glm_asr_lab.measure import timer
+    from glm_asr_course import timer
 
     calls = []
     times = timer.time_repeats(lambda: calls.append(1), "cpu", warmup=2, repeats=3, flush=True, graph=True)
