@@ -33,6 +33,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from glm_asr_course.errors import UserError, run_cli
@@ -43,7 +44,7 @@ from glm_asr_lab.measure.plots import fmt_ms, pyplot, write_plots
 from glm_asr_course.timer import time_call
 from glm_asr_course.model.precision import from_options
 from glm_asr_course.reference.hf_model import HFTrack, raw_config
-from glm_asr_course.command_line import (ArgumentParser, Session, add_common_args, check_output_path,
+from glm_asr_course.command_line import (ArgumentParser, RunOptions, Session, add_common_args, check_output_path,
                                                open_session, positive_int, release, resolve_device,
                                                settle_run_options, write_json, write_output)
 from glm_asr_course.tracks import REPO_ROOT, resolve_path, track_folders, track_paths
@@ -86,14 +87,14 @@ def iqr(q1: float, q3: float) -> str:
     return f"{fmt_ms(q1)}-{fmt_ms(q3)}"
 
 
-def open_hf_session(args, like) -> Session:
-    """A Session for transformers with the same checkpoint, inputs and device as ``like``."""
-    ckpt = like.checkpoint  # the very same canonical weights the folder was measured with
-    load_ms, model = time_call(lambda: HFTrack(raw_config(args), ckpt.weights, ckpt.config, like.device,
-                                               like.precision), like.device)
+def open_hf_session(like: Session) -> Session:
+    """A Session for transformers with the same checkpoint, inputs, device and options as ``like``."""
+    ckpt, options = like.checkpoint, like.options  # the very same canonical weights the folder was measured with
+    load_ms, model = time_call(lambda: HFTrack(raw_config(options.model, options.random_weights), ckpt.weights,
+                                               ckpt.config, like.device, like.precision), like.device)
     print(f"Baseline: transformers GlmAsrForConditionalGeneration (sdpa), same weights; load {load_ms / 1000:.1f}s")
     return Session("transformers (hf)", "hf", like.device, like.precision, like.precision_description, ckpt,
-                   like.inputs, like.audio_seconds, like.features_ms, load_ms / 1000, model=model,
+                   like.inputs, like.audio_seconds, like.features_ms, load_ms / 1000, options, model=model,
                    path_summary="transformers' GlmAsrForConditionalGeneration")
 
 
@@ -270,21 +271,20 @@ def print_micro(res: dict, peaks):
              "captured, timed as launched." if gpu else ""))
 
 
-def run_nsys(args) -> int:
+def run_nsys(folder: str, options: RunOptions, nsys_output: str | None) -> int:
     nsys = shutil.which("nsys")
     if nsys is None:
         raise UserError("--nsys needs NVIDIA Nsight Systems, but `nsys` is not on PATH (install it or drop --nsys)")
-    folder = args.folder.rstrip("/").split("/")[-1]
-    out = Path(args.nsys_output or f"nsys_{folder}_{args.precision}")
-    passthrough = ["--audio", args.audio, "--model", args.model, "--precision", args.precision,
-                   "--warmup", str(args.warmup), "--runs", str(min(args.runs, 3)),
-                   "--max-new-tokens", str(args.max_new_tokens), "--min-new-tokens", str(args.min_new_tokens)]
-    if args.device:
-        passthrough += ["--device", args.device]
-    if args.random_weights:
+    out = Path(nsys_output or f"nsys_{folder}_{options.precision}")
+    passthrough = ["--audio", options.audio, "--model", options.model, "--precision", options.precision,
+                   "--warmup", str(options.warmup), "--runs", str(min(options.runs, 3)),
+                   "--max-new-tokens", str(options.max_new_tokens), "--min-new-tokens", str(options.min_new_tokens)]
+    if options.device:
+        passthrough += ["--device", options.device]
+    if options.random_weights:
         passthrough.append("--random-weights")
-    if args.expected is not None:
-        passthrough += ["--expected", args.expected]
+    if options.expected is not None:
+        passthrough += ["--expected", options.expected]
     cmd = [nsys, "profile", "--trace=cuda,nvtx", "--force-overwrite=true", "-o", str(out), sys.executable,
            str(REPO_ROOT / "benchmark_student.py"), folder] + passthrough
     print("Running: GLM_ASR_NVTX=1 " + " ".join(cmd))
@@ -322,17 +322,17 @@ def main(argv) -> int:
         print("Available folders:\n  " + "\n  ".join(track_folders()))
         return 2
     device = resolve_device(args.device)
-    cpu_defaults = settle_run_options(args, device)
+    options, cpu_defaults = settle_run_options(RunOptions.from_args(args), device)
     if cpu_defaults:
         print(cpu_defaults)
     # One name for the precision from here on (bf16, tf32, fp32): it picks the roof and the bytes.
-    args.precision, args.dtype = from_options(args.precision, args.dtype, device).name, None
+    options = replace(options, precision=from_options(args.precision, args.dtype, device).name, dtype=None)
     tracks = [(args.folder.rstrip("/").split("/")[-1], args.path)] + [split_track(spec) for spec in args.compare or []]
     for folder, _ in tracks:
         if folder not in track_folders():
             raise UserError(f"unknown folder {folder!r}; choose one of: {', '.join(track_folders())}")
     if args.nsys:
-        return run_nsys(args)
+        return run_nsys(tracks[0][0], options, args.nsys_output)
     check_output_path(args.json)
     check_output_path(args.csv, "--csv")
     if args.plot:
@@ -342,7 +342,8 @@ def main(argv) -> int:
     if args.attention_only or args.linear_only:
         if args.baseline:
             print("note: --baseline is for whole transcriptions; the micro-benchmarks compare with torch")
-        res = run_micro(args, [folder for folder, _ in tracks], peaks, device)
+        kinds = [kind for kind, chosen in (("attention", args.attention_only), ("linear", args.linear_only)) if chosen]
+        res = run_micro(options, kinds, args.seq_len, [folder for folder, _ in tracks], peaks, device)
         print_micro(res, peaks)
         if args.json:
             write_json(args.json, res)
@@ -355,16 +356,12 @@ def main(argv) -> int:
             raise UserError(f"--compare {folder}:{path} names a folder and path already measured")
     reports, main_session = [], None
     for folder, path in tracks + ([("hf", None)] if args.baseline == "hf" else []):
-        own_path, args.path = args.path, path
-        try:
-            if folder == "hf":  # transformers on the main folder's inputs, device and weights
-                session, label = open_hf_session(args, main_session), "transformers"
-            else:
-                session = open_session(args, folder)
-                label = folder if len(track_paths(folder)) == 1 else f"{folder}:{session.path}"
-            reports.append(build_report(session, args, measure(session, args, label), peaks, label))
-        finally:
-            args.path = own_path
+        if folder == "hf":  # transformers on the main folder's inputs, device and weights
+            session, label = open_hf_session(main_session), "transformers"
+        else:
+            session = open_session(replace(options, path=path), folder)
+            label = folder if len(track_paths(folder)) == 1 else f"{folder}:{session.path}"
+        reports.append(build_report(session, measure(session, label), peaks, label))
         if main_session is None:
             print_report(reports[0], peaks, args.top)
             main_session = session

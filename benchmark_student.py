@@ -25,7 +25,8 @@ kernel that was launched (--allow-reference KERNEL|all runs the example's kernel
 from pathlib import Path
 
 from glm_asr_course.kernels import todo_kernels
-from glm_asr_course.command_line import ArgumentParser, add_common_args, load_track_model, prepare_session, time_runs, write_json
+from glm_asr_course.command_line import (ArgumentParser, RunOptions, add_common_args, load_track_model, prepare_session, time_runs,
+                                         write_json)
 from glm_asr_course.errors import UserError, run_cli
 from glm_asr_course.timer import spread
 from glm_asr_course.model.frontend import decode
@@ -58,20 +59,20 @@ def main(argv) -> int:
         compare_report.solution_folder(Path(args.folder.rstrip("/")).name, args.solution)
         if args.report and not Path(report_dir).resolve().parent.is_dir():
             raise UserError(f"--report {report_dir}: directory {Path(report_dir).resolve().parent} does not exist")
-    session = prepare_session(args, args.folder)
+    session = prepare_session(RunOptions.from_args(args), args.folder)
     try:
         load_track_model(session)
-        runs, tokens = time_runs(session.model, session.inputs, args, session.device)
+        runs, tokens = time_runs(session.model, session.inputs, session.options, session.device)
     except todo_kernels.KernelTodo as todo:
         if args.compare:  # the report still has every self-check row, the TODO ones counted
-            write_report(compare_report.compare(session, args, compare_report.unfinished_run(todo)), report_dir)
+            write_report(compare_report.compare(session, args.solution, compare_report.unfinished_run(todo)), report_dir)
         raise
 
     times = spread(runs)
     mean, std = times["mean_ms"], times["std_ms"]
     text = decode(session.checkpoint.processor, tokens)
-    verdict = judge(session, args, tokens, text)
-    substituted = todo_kernels.substituted()
+    verdict = judge(session, tokens, text)
+    substituted = session.references.substituted()
 
     print("=" * 60)
     print("RESULTS")
@@ -92,7 +93,7 @@ def main(argv) -> int:
     if verdict.ids_check is not None:
         print(verdict.ids_check.line())
     if args.profile:
-        print_component_summary(session, args)
+        print_component_summary(session)
 
     ids_check = verdict.ids_check
     result = {
@@ -111,19 +112,19 @@ def main(argv) -> int:
         "ids_check_decides_exit_code": None if ids_check is None else ids_check.decides,
     }
     if args.compare:
-        write_report(compare_report.compare(session, args, result), report_dir)
+        write_report(compare_report.compare(session, args.solution, result), report_dir)
     if args.json:
         write_json(args.json, result)
     return verdict.code
 
 
-def print_component_summary(session, args):
+def print_component_summary(session):
     """--profile: per-component lines, medians of --runs transcriptions with region timers."""
     from glm_asr_lab.measure.components import aggregate, timed_run
 
-    device = session.device
-    runs = [timed_run(session.model, session.inputs, args.max_new_tokens, args.min_new_tokens, device)[0]
-            for _ in range(max(1, args.runs))]
+    device, options = session.device, session.options
+    runs = [timed_run(session.model, session.inputs, options.max_new_tokens, options.min_new_tokens, device)[0]
+            for _ in range(max(1, options.runs))]
     med = {k: v["median"] for k, v in aggregate(runs).items() if isinstance(v, dict)}
     graph = getattr(session.model, "use_cuda_graph", False) and device == "cuda"
     print("=" * 60)

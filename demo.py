@@ -144,7 +144,7 @@ def load_model(track: str, choice: str, model: str, precision: str, device: str)
 
 @st.cache_resource
 def model_lock() -> threading.Lock:
-    """One transcription at a time: a loaded model's KV cache and the reference switch are shared."""
+    """One transcription at a time: a loaded model (its KV cache) is shared by every tab."""
     return threading.Lock()
 
 
@@ -202,9 +202,16 @@ def transcribe(track: str, settings: dict, audio: Audio, live=None) -> Run:
     compilation, CUDA graph capture) is preceded by a short untimed one; on a CPU, where the
     interpreter and the emulator compile nothing, no run is (CPU_RUN_DEFAULTS)."""
     folder = track.split(":")[0]
-    kernels = folder_student_kernels(folder)
     allow = "all" if settings["allow_reference"] and is_template(folder) else None
-    todo_kernels.allow_references(allow, kernels, folder)
+    # This run's own: another tab's run, in its own thread, neither sees nor changes them.
+    with todo_kernels.references_for(allow, folder_student_kernels(folder), folder).active() as references:
+        run = load_and_transcribe(track, settings, audio, live)
+    run.references = references.substituted()
+    return run
+
+
+def load_and_transcribe(track: str, settings: dict, audio: Audio, live) -> Run:
+    """transcribe's work, with the references its run made active."""
     if settings["checkpoint"] in (REAL_MODEL, FULL_RANDOM):  # the real model's sizes: refuse before loading
         check_feasible(track, settings["device"], ModelConfig.from_dict(default_config_dict()))
     if live:
@@ -251,7 +258,6 @@ def transcribe(track: str, settings: dict, audio: Audio, live=None) -> Run:
     run.seconds = ms / 1000 - redraw["seconds"]
     run.ids = list(ids)  # generate's own list: the stopping rules may drop the last streamed id (eos)
     run.text = shown_text(run, checkpoint.processor)
-    run.references = todo_kernels.substituted()
     loaded.runs += 1
     if live:
         live["status"].empty()

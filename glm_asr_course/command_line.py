@@ -1,11 +1,14 @@
-"""Command-line plumbing shared by benchmark_student.py, benchmark_detailed.py and demo.py."""
+"""Command-line plumbing shared by benchmark_student.py, benchmark_detailed.py and demo.py.
+
+The argparse Namespace stays in the tools' main functions: they read add_common_args' options into one
+RunOptions (RunOptions.from_args), and everything below takes that or the values it needs."""
 
 import argparse
 import gc
 import json
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -17,8 +20,8 @@ from glm_asr_course.errors import UserError
 from glm_asr_course.timer import time_call
 from glm_asr_course.model.frontend import ASRInputs, prepare_inputs
 from glm_asr_course.model.precision import PRECISIONS, Precision, from_options
-from glm_asr_course.tracks import (PATH_MODULES, REPO_ROOT, Checkpoint, import_folder, import_track, open_checkpoint, path_summary, resolve_path,
-                      track_name, use_device)
+from glm_asr_course.tracks import (CPU_RUNNERS, PATH_MODULES, REPO_ROOT, Checkpoint, import_folder, import_track, kernel_language,
+                                    open_checkpoint, path_summary, resolve_path, track_name, use_device)
 
 DEFAULT_AUDIO = REPO_ROOT / "test_audio.wav"
 DEFAULT_EXPECTED = REPO_ROOT / "test_audio.txt"
@@ -83,6 +86,32 @@ def add_common_args(parser: argparse.ArgumentParser, runs_default: int):
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """add_common_args' options of one run. warmup, runs and max_new_tokens are None where not given,
+    until settle_run_options fills them in for the device."""
+
+    audio: str
+    expected: str | None
+    model: str
+    random_weights: bool
+    precision: str | None
+    dtype: str | None
+    path: str | None
+    device: str | None
+    warmup: int | None
+    runs: int | None
+    max_new_tokens: int | None
+    min_new_tokens: int
+    gpu_runs: int  # the tool's default --runs on a GPU
+    json: str | None
+    allow_reference: str | None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "RunOptions":
+        return cls(**{option.name: getattr(args, option.name) for option in fields(cls)})
+
+
 # --warmup, --runs and --max-new-tokens when not given. On a CPU the kernels run in the Triton interpreter or
 # the cuTile emulator, where the GPU's defaults (a warm-up and 3 runs of up to 100 tokens) take minutes even
 # on the tiny checkpoint; a few tokens run every kernel and check the ids just as well.
@@ -90,22 +119,22 @@ GPU_RUN_DEFAULTS = {"warmup": 1, "max_new_tokens": 100}  # runs: each tool's own
 CPU_RUN_DEFAULTS = {"warmup": 0, "runs": 1, "max_new_tokens": 5}
 
 
-def settle_run_options(args, device: str) -> str | None:
-    """Fill --warmup, --runs and --max-new-tokens left out with the device's defaults. On a CPU, returns
-    the header line that says which defaults were taken (None where none was, as on a second call)."""
-    defaults = CPU_RUN_DEFAULTS if device == "cpu" else dict(GPU_RUN_DEFAULTS, runs=args.gpu_runs)
-    taken = [option for option in ("max_new_tokens", "warmup", "runs") if getattr(args, option) is None]
-    for option in taken:
-        setattr(args, option, defaults[option])
-    if args.max_new_tokens < args.min_new_tokens and "max_new_tokens" in taken:
-        args.max_new_tokens = args.min_new_tokens
+def settle_run_options(options: RunOptions, device: str) -> tuple[RunOptions, str | None]:
+    """``options`` with --warmup, --runs and --max-new-tokens left out filled with the device's defaults,
+    and on a CPU the header line that says which defaults were taken (None where none was, as on a
+    second call)."""
+    defaults = CPU_RUN_DEFAULTS if device == "cpu" else dict(GPU_RUN_DEFAULTS, runs=options.gpu_runs)
+    taken = [option for option in ("max_new_tokens", "warmup", "runs") if getattr(options, option) is None]
+    options = replace(options, **{option: defaults[option] for option in taken})
+    if options.max_new_tokens < options.min_new_tokens and "max_new_tokens" in taken:
+        options = replace(options, max_new_tokens=options.min_new_tokens)
     if device != "cpu" or not taken:
-        return None
-    said = {"max_new_tokens": f"{args.max_new_tokens} new tokens",
-            "warmup": "no warm-up" if args.warmup == 0 else f"{args.warmup} warm-up",
-            "runs": f"{args.runs} run" + ("s" if args.runs > 1 else "")}
-    return (f"CPU defaults: {', '.join(said[o] for o in taken)}; pass "
-            f"{'/'.join('--' + o.replace('_', '-') for o in taken)} to change")
+        return options, None
+    said = {"max_new_tokens": f"{options.max_new_tokens} new tokens",
+            "warmup": "no warm-up" if options.warmup == 0 else f"{options.warmup} warm-up",
+            "runs": f"{options.runs} run" + ("s" if options.runs > 1 else "")}
+    return options, (f"CPU defaults: {', '.join(said[o] for o in taken)}; pass "
+                     f"{'/'.join('--' + o.replace('_', '-') for o in taken)} to change")
 
 
 def resolve_device(requested: str | None) -> str:
@@ -114,10 +143,11 @@ def resolve_device(requested: str | None) -> str:
     return requested or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def expected_text(args) -> str | None:
-    if args.expected is not None:
-        return args.expected
-    if Path(args.audio).resolve() != DEFAULT_AUDIO.resolve() or not DEFAULT_EXPECTED.is_file():
+def expected_text(audio: str, expected: str | None) -> str | None:
+    """--expected, else the test clip's transcription when ``audio`` is the test clip."""
+    if expected is not None:
+        return expected
+    if Path(audio).resolve() != DEFAULT_AUDIO.resolve() or not DEFAULT_EXPECTED.is_file():
         return None
     lines = [line.strip() for line in DEFAULT_EXPECTED.read_text().splitlines()]
     if "Expected transcription:" in lines:
@@ -160,13 +190,7 @@ INTERPRETED_MAX_PARAMETERS = 50_000_000
 def cpu_kernel_runner(folder: str, path: str) -> str | None:
     """What runs a track's kernels on a CPU: "the Triton interpreter", "the cuTile emulator", or None
     where the track is plain PyTorch or NumPy (the scratch track, the CuPy path)."""
-    if path == "cupy":
-        return None
-    if "triton" in folder:
-        return "the Triton interpreter"
-    if "cutile" in folder:
-        return "the cuTile emulator"
-    return None
+    return None if path == "cupy" else CPU_RUNNERS[kernel_language(folder)]
 
 
 def parameter_count(cfg) -> int:
@@ -199,7 +223,7 @@ def naming_the_route(folder: str, device: str):
         raise HubUnavailable(e.model, e.reason, route_without_hub(folder, device)) from None
 
 
-def refuse_interpreted_full_size(args, folder: str, path: str):
+def refuse_interpreted_full_size(model: str, random_weights: bool, folder: str, path: str):
     """A one-line refusal, before any weight is read or made, of a CPU run that would take hours."""
     from glm_asr_course.model.config import ModelConfig
     from glm_asr_course.reference.hf_model import raw_config
@@ -207,7 +231,7 @@ def refuse_interpreted_full_size(args, folder: str, path: str):
     runner = cpu_kernel_runner(folder, path)
     if runner is None:
         return
-    parameters = parameter_count(ModelConfig.from_dict(raw_config(args)))
+    parameters = parameter_count(ModelConfig.from_dict(raw_config(model, random_weights)))
     if parameters > INTERPRETED_MAX_PARAMETERS:
         raise UserError(
             f"on the CPU {folder} runs its kernels in {runner}, where this {parameters / 1e9:.1f} B-parameter "
@@ -231,10 +255,10 @@ def precision_description(precision: Precision, device: str, folder: str, path: 
     return f"fp32 weights and activations; a CPU has no tensor cores: {how}"
 
 
-def open_args_checkpoint(args, dtype: torch.dtype, device: str) -> Checkpoint:
+def open_run_checkpoint(options: RunOptions, dtype: torch.dtype, device: str) -> Checkpoint:
     """--model's checkpoint (or --random-weights, made on ``device``) with its weights in ``dtype``."""
-    return open_checkpoint(args.model, dtype, random_weights=args.random_weights,
-                           device=device if args.random_weights else "cpu")
+    return open_checkpoint(options.model, dtype, random_weights=options.random_weights,
+                           device=device if options.random_weights else "cpu")
 
 
 @dataclass
@@ -251,7 +275,9 @@ class Session:
     audio_seconds: float
     features_ms: float
     load_seconds: float  # reading the checkpoint, then building the model
+    options: RunOptions  # settled for the device (settle_run_options)
     cpu_defaults: str | None = None  # the header line of the run options a CPU run defaulted to
+    references: todo_kernels.References = field(default_factory=todo_kernels.References)  # --allow-reference's
     model: object = None
     path_summary: str = ""
 
@@ -260,38 +286,39 @@ class Session:
         return self.precision.dtype
 
 
-def prepare_session(args, folder: str, log=print) -> Session:
+def prepare_session(options: RunOptions, folder: str, log=print) -> Session:
     """Validate arguments, then load the audio, the checkpoint and the features, in that order; no
     model yet (load_track_model), so a caller can still use them when a kernel of the model is a TODO."""
     track_name(folder)
-    path = resolve_path(folder, args.path)
-    device = resolve_device(args.device)
-    cpu_defaults = settle_run_options(args, device)
-    if args.min_new_tokens > args.max_new_tokens:
-        raise UserError(f"--min-new-tokens {args.min_new_tokens} exceeds --max-new-tokens {args.max_new_tokens}")
-    check_output_path(args.json)
+    path = resolve_path(folder, options.path)
+    device = resolve_device(options.device)
+    options, cpu_defaults = settle_run_options(options, device)
+    if options.min_new_tokens > options.max_new_tokens:
+        raise UserError(f"--min-new-tokens {options.min_new_tokens} exceeds --max-new-tokens {options.max_new_tokens}")
+    check_output_path(options.json)
     # Before the model loads: loading already launches kernels (the RoPE tables).
     name = folder.rstrip("/").split("/")[-1]
-    todo_kernels.allow_references(getattr(args, "allow_reference", None), folder_student_kernels(name), name)
-    precision = from_options(args.precision, args.dtype, device)
+    references = todo_kernels.references_for(options.allow_reference, folder_student_kernels(name), name)
+    todo_kernels.use(references)
+    precision = from_options(options.precision, options.dtype, device)
     use_device(device)  # before anything imports Triton (transformers' processor can)
     if device == "cpu":
         with naming_the_route(name, device):
-            refuse_interpreted_full_size(args, name, path)
+            refuse_interpreted_full_size(options.model, options.random_weights, name, path)
 
     if cpu_defaults:
         log(cpu_defaults)
-    audio = load_audio(args.audio)
-    log(f"Loaded audio from {args.audio}")
+    audio = load_audio(options.audio)
+    log(f"Loaded audio from {options.audio}")
     log(f"Audio duration: {len(audio) / SAMPLE_RATE:.2f}s")
 
     with naming_the_route(name, device):
-        read_ms, checkpoint = time_call(lambda: open_args_checkpoint(args, precision.dtype, device), "cpu")
+        read_ms, checkpoint = time_call(lambda: open_run_checkpoint(options, precision.dtype, device), "cpu")
     features_ms, inputs = time_call(lambda: prepare_inputs([audio], checkpoint.config, checkpoint.processor), "cpu")
     log(f"Feature extraction: {features_ms:.1f}ms ({inputs.input_features.shape[0]} window(s), "
         f"prompt {inputs.input_ids.shape[1]} tokens)")
     return Session(folder, path, device, precision, precision_description(precision, device, name, path), checkpoint,
-                   inputs, len(audio) / SAMPLE_RATE, features_ms, read_ms / 1000, cpu_defaults)
+                   inputs, len(audio) / SAMPLE_RATE, features_ms, read_ms / 1000, options, cpu_defaults, references)
 
 
 def load_track_model(session: Session, log=print):
@@ -310,9 +337,9 @@ def load_track_model(session: Session, log=print):
     log(f"Precision: {session.precision.name} ({session.precision_description})")
 
 
-def open_session(args, folder: str, log=print) -> Session:
+def open_session(options: RunOptions, folder: str, log=print) -> Session:
     """prepare_session, then load_track_model."""
-    session = prepare_session(args, folder, log)
+    session = prepare_session(options, folder, log)
     load_track_model(session, log)
     return session
 
@@ -324,10 +351,10 @@ def release(device: str):
         torch.cuda.empty_cache()
 
 
-def timed_generate(model, inputs: ASRInputs, args, device: str, on_token=None) -> tuple[float, list[int]]:
+def timed_generate(model, inputs: ASRInputs, options: RunOptions, device: str, on_token=None) -> tuple[float, list[int]]:
     """One transcription: its time in ms (glm_asr_course.timer) and the ids of its first row."""
     streaming = {} if on_token is None else {"on_token": on_token}
-    ms, rows = time_call(lambda: model.generate(inputs, args.max_new_tokens, args.min_new_tokens, **streaming), device)
+    ms, rows = time_call(lambda: model.generate(inputs, options.max_new_tokens, options.min_new_tokens, **streaming), device)
     return ms, rows[0]
 
 
@@ -342,16 +369,17 @@ def _token_counter():
     return on_token
 
 
-def time_runs(model, inputs: ASRInputs, args, device: str, streams_tokens: bool = True) -> tuple[list[float], list[int]]:
+def time_runs(model, inputs: ASRInputs, options: RunOptions, device: str,
+              streams_tokens: bool = True) -> tuple[list[float], list[int]]:
     """--warmup untimed, then --runs timed transcriptions, a line each ("  Run 2: 27.1ms (13 tokens)").
     On a CPU, where one takes seconds to minutes, the line counts the tokens as they come (a model's
     generate must then take on_token: ``streams_tokens``). Returns the timed runs' ms and the last ids."""
     runs, tokens = [], []
-    for label, count in (("Warmup", args.warmup), ("Run", args.runs)):
+    for label, count in (("Warmup", options.warmup), ("Run", options.runs)):
         for i in range(count):
             print(f"  {label} {i + 1}: ", end="", flush=True)
             counter = _token_counter() if device == "cpu" and streams_tokens else None
-            ms, tokens = timed_generate(model, inputs, args, device, counter)
+            ms, tokens = timed_generate(model, inputs, options, device, counter)
             print(f"{' -> ' if counter else ''}{ms:.1f}ms ({len(tokens)} tokens)")
             if label == "Run":
                 runs.append(ms)

@@ -1,5 +1,6 @@
 """Open a checkpoint (or random weights) and a track folder: what every entry point does first."""
 
+import ast
 import importlib
 import importlib.util
 import os
@@ -50,6 +51,39 @@ def track_name(folder: str) -> str:
     if name.startswith("glm_asr_") and (REPO_ROOT / name).is_dir():
         raise UserError(f"{name} is a placeholder with no implementation yet (see {name}/README.md)")
     raise UserError(f"unknown folder {folder!r}; choose one of: {', '.join(track_folders())}")
+
+
+# What a track folder's kernels are written in (its __init__.py says: KERNEL_LANGUAGE = "triton"), and what
+# runs them on a CPU; "torch": plain PyTorch, no kernels of its own.
+CPU_RUNNERS = {"triton": "the Triton interpreter", "cutile": "the cuTile emulator", "torch": None}
+
+
+def declared_language(init_source: str | bytes) -> str | None:
+    """The KERNEL_LANGUAGE that a track folder's __init__.py assigns, or None. Read from the text, not
+    imported: nothing may import triton before use_device has chosen its CPU interpreter, and the grader
+    asks of a submission's files before they are written anywhere."""
+    try:
+        body = ast.parse(init_source).body
+    except (SyntaxError, ValueError):
+        return None
+    for node in body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "KERNEL_LANGUAGE" for t in targets):
+            value = getattr(node.value, "value", None)
+            return value if value in CPU_RUNNERS else None
+    return None
+
+
+def kernel_language(folder: str | Path) -> str:
+    """"triton", "cutile" or "torch": what a track folder's kernels are written in, as its __init__.py
+    declares. ``folder``: a track folder's name, or its directory (a copy outside the known roots)."""
+    directory = folder if isinstance(folder, Path) else track_directory(track_name(folder))
+    init = directory / "__init__.py"
+    language = declared_language(init.read_bytes()) if init.is_file() else None
+    if language is None:
+        raise UserError(f"{directory.name}/__init__.py does not declare its kernel language: it needs a line "
+                        f"KERNEL_LANGUAGE = {' or '.join(repr(k) for k in CPU_RUNNERS)} (the example's has one)")
+    return language
 
 
 # A track's paths through the model, each a module of the folder, the default first where present:

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from glm_asr_course.kernels import todo_kernels
-from glm_asr_course.command_line import INTERPRETED_MAX_PARAMETERS, expected_text, open_args_checkpoint, parameter_count, release
+from glm_asr_course.command_line import INTERPRETED_MAX_PARAMETERS, expected_text, open_run_checkpoint, parameter_count, release
 from glm_asr_course.model.precision import PRECISIONS
 from glm_asr_course.reference.scoring import word_error_rate
 
@@ -76,8 +75,8 @@ class IdsCheck:
         return head + answer
 
 
-def check_against_transformers(session, args, ids: list[int]) -> IdsCheck:
-    """Run transformers in IEEE fp32 on the session's checkpoint and inputs, with ``args``' token limits."""
+def check_against_transformers(session, ids: list[int]) -> IdsCheck:
+    """Run transformers in IEEE fp32 on the session's checkpoint and inputs, with its token limits."""
     precision = session.precision.name
     if importlib.util.find_spec("transformers") is None:
         return IdsCheck(ids, None, precision, "transformers is not installed")
@@ -87,10 +86,11 @@ def check_against_transformers(session, args, ids: list[int]) -> IdsCheck:
                                               "run on a GPU, or on a tiny checkpoint, to compare")
     from glm_asr_course.reference.hf_model import HFTrack, raw_config
 
+    options = session.options
     weights = (session.checkpoint.weights if session.dtype == torch.float32 else
-               open_args_checkpoint(args, torch.float32, session.device).weights)
-    model = HFTrack(raw_config(args), weights, cfg, session.device, PRECISIONS["fp32"])
-    reference = model.generate(session.inputs, args.max_new_tokens, args.min_new_tokens)[0]
+               open_run_checkpoint(options, torch.float32, session.device).weights)
+    model = HFTrack(raw_config(options.model, options.random_weights), weights, cfg, session.device, PRECISIONS["fp32"])
+    reference = model.generate(session.inputs, options.max_new_tokens, options.min_new_tokens)[0]
     del model, weights
     release(session.device)
     return IdsCheck(ids, reference, precision)
@@ -124,17 +124,17 @@ def transcript_status(text: str, expected: str | None) -> tuple[str, int, float 
     return "FAIL - Transcription does not match expected", 1, wer
 
 
-def judge(session, args, ids: list[int], text: str) -> Verdict:
+def judge(session, ids: list[int], text: str) -> Verdict:
     """The verdict on a transcription (``ids``, decoded as ``text``) of the session's checkpoint."""
     ids_check = expected = wer = None
     if session.checkpoint.random_weights:
-        ids_check = check_against_transformers(session, args, ids)
+        ids_check = check_against_transformers(session, ids)
         status, code = "NOT CHECKED (random weights)", int(ids_check.failed)
     else:
-        expected = expected_text(args)
+        expected = expected_text(session.options.audio, session.options.expected)
         status, code, wer = transcript_status(text, expected)
     # --allow-reference: the example's kernels stood in for unwritten ones; never a plain PASS then.
-    substituted = todo_kernels.substituted()
+    substituted = session.references.substituted()
     if substituted:
         names = ", ".join(substituted)
         status = f"PASS WITH REFERENCE KERNELS ({names})" if status == "PASS" else f"{status} (reference kernels: {names})"

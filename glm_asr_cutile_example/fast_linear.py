@@ -20,7 +20,7 @@ back (ACCUMULATE).
 Self-check: python -m glm_asr_cutile_example.fast_linear  (without a GPU: the cuTile emulator)
 """
 
-import time
+import zlib
 
 import torch
 
@@ -272,7 +272,7 @@ def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_we
 
 
 # ---------------------------------------------------------------------------------------------
-# Self-check: each launcher against plain torch on fresh random inputs
+# Self-check: each launcher against plain torch on random inputs seeded by the sizes checked
 # ---------------------------------------------------------------------------------------------
 
 
@@ -283,8 +283,12 @@ def _self_check():
 
     check = SelfCheck("fast_linear.py", EMULATED, cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device
-    gen = torch.Generator().manual_seed(int(time.time()))
     bf16 = torch.bfloat16
+    # The model's sizes on a GPU; small odd stand-ins in the emulator.
+    tokens, E, F_enc, H, F = (1500, 1280, 5120, 2048, 6144) if on_gpu else (33, 40, 48, 96, 80)
+    # Seeded by the sizes, as kernel_cases seeds a case by its id: a failure recurs when run again.
+    case = f"fast_linear tokens={tokens} E={E} F_enc={F_enc} H={H} F={F}"
+    gen = torch.Generator().manual_seed(zlib.crc32(case.encode()))
 
     def rand(*shape, scale=1.0):
         return (torch.randn(*shape, generator=gen) * scale).to(device=dev, dtype=bf16)
@@ -292,8 +296,6 @@ def _self_check():
     def f32(t):
         return t.float()
 
-    # The model's sizes on a GPU; small odd stand-ins in the emulator.
-    tokens, E, F_enc, H, F = (1500, 1280, 5120, 2048, 6144) if on_gpu else (33, 40, 48, 96, 80)
     eps = 1e-5
     w1, b1, x1 = rand(F_enc, E, scale=E ** -0.5), rand(F_enc), rand(tokens, E)
     check.check("gemm_kernel[bias, gelu]", lambda: linear(x1, w1, b1, gelu=True, precision="tf32"),

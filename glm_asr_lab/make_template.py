@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glm_asr_course.model.course_model import COURSE_KERNELS
-from glm_asr_course.tracks import REPO_ROOT as REPO
+from glm_asr_course.tracks import REPO_ROOT as REPO, declared_language
 START = re.compile(r"^# >>> STUDENT KERNEL (\w+)\s*$")
 END = "# <<< STUDENT KERNEL"
 IMPORT_LINE = "from glm_asr_course.kernels.todo_kernels import student_kernel  # noqa: E402"
@@ -73,12 +73,13 @@ TRACKS = {
 }
 
 
-def track_of(folder: str) -> Track:
-    """The track whose name the folder (or package) name holds, e.g. glm_asr_cutile_example: cutile."""
-    for track in TRACKS.values():
-        if f"_{track.name}_" in f"_{folder}_":
-            return track
-    raise TemplateError(f"{folder}: no track name ({', '.join(TRACKS)}) in the folder name")
+def track_of(source_dir: Path) -> Track:
+    """The track of a source folder: the kernel language its __init__.py declares (tracks.declared_language)."""
+    init = source_dir / "__init__.py"
+    language = declared_language(init.read_bytes()) if init.is_file() else None
+    if language not in TRACKS:
+        raise TemplateError(f"{source_dir.name}/__init__.py declares no KERNEL_LANGUAGE of a track ({', '.join(TRACKS)})")
+    return TRACKS[language]
 
 
 class TemplateError(Exception):
@@ -148,10 +149,10 @@ def transform_python(text: str, rel: str, package: str, filled: bool, found: dic
 
 def render(package: str | None = None, filled: bool = False, source_dir: Path | None = None,
            track: str | None = None) -> dict[str, str]:
-    """{relative path: text} of the generated package. The track is ``track``, else the one named by
-    ``source_dir``'s folder, else triton; ``source_dir`` defaults to the track's example, ``package``
+    """{relative path: text} of the generated package. The track is ``track``, else the one
+    ``source_dir`` declares, else triton; ``source_dir`` defaults to the track's example, ``package``
     to its template."""
-    chosen = TRACKS[track] if track else track_of(source_dir.name) if source_dir else TRACKS["triton"]
+    chosen = TRACKS[track] if track else track_of(source_dir) if source_dir else TRACKS["triton"]
     source_dir = source_dir or REPO / chosen.source
     package = package or chosen.template
     expected = COURSE_KERNELS

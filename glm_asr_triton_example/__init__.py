@@ -8,6 +8,11 @@ generated template does not copy. glm_asr_course.tracks picks a path by its file
 ``STUDENT_KERNELS``: the course kernels students write (the course model's list). In the example each
 of them sits between ``# >>> STUDENT KERNEL name`` and ``# <<< STUDENT KERNEL`` markers; in the
 template each is a TODO.
+
+``KERNEL_LANGUAGE``: what the folder's kernels are written in, read by glm_asr_course.tracks.kernel_language
+(a renamed copy keeps it).
 """
 
 from glm_asr_course.model.course_model import COURSE_KERNELS as STUDENT_KERNELS  # noqa: F401
+
+KERNEL_LANGUAGE = "triton"

@@ -19,7 +19,7 @@ Self-check: python -m glm_asr_triton_example.fast_linear  (without a GPU: the Tr
 """
 
 import functools
-import time
+import zlib
 
 import torch
 import triton
@@ -551,7 +551,7 @@ def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, prec
 
 
 # ---------------------------------------------------------------------------------------------
-# Self-check: each launcher against plain torch on fresh random inputs
+# Self-check: each launcher against plain torch on random inputs seeded by the sizes checked
 # ---------------------------------------------------------------------------------------------
 
 
@@ -560,8 +560,13 @@ def _self_check():
 
     check = SelfCheck("fast_linear.py", INTERPRET)
     on_gpu, device = check.on_gpu, check.device
-    gen = torch.Generator().manual_seed(int(time.time()))
     bf16 = torch.bfloat16
+    # The model's sizes on the GPU; small stand-ins (same code paths, odd widths) for the interpreter.
+    rows, tokens, H, F = (512, 1500, 2048, 6144) if on_gpu else (17, 33, 96, 80)
+    E_gemm, F_enc = (1280, 5120) if on_gpu else (40, 48)
+    # Seeded by the sizes, as kernel_cases seeds a case by its id: a failure recurs when run again.
+    case = f"fast_linear rows={rows} tokens={tokens} H={H} F={F} E={E_gemm} F_enc={F_enc}"
+    gen = torch.Generator().manual_seed(zlib.crc32(case.encode()))
 
     def rand(*shape, dtype=bf16, scale=1.0):
         return (torch.randn(*shape, generator=gen) * scale).to(device=device, dtype=dtype)
@@ -569,9 +574,6 @@ def _self_check():
     def f32(t):
         return t.to(torch.float32)
 
-    # The model's sizes on the GPU; small stand-ins (same code paths, odd widths) for the interpreter.
-    rows, tokens, H, F = (512, 1500, 2048, 6144) if on_gpu else (17, 33, 96, 80)
-    E_gemm, F_enc = (1280, 5120) if on_gpu else (40, 48)
     eps, tf32 = 1e-5, "tf32"
     w1, b1 = rand(F_enc, E_gemm, scale=E_gemm**-0.5), rand(F_enc)
     x1 = rand(tokens, E_gemm)

@@ -388,7 +388,7 @@ def repo_with_placeholder(tmp_path):
 
 
 def test_placeholder_folder_says_so(repo_with_placeholder, monkeypatch, capsys):
-    from glm_asr_lab.grading import tracks
+    from glm_asr_course import tracks
 
     monkeypatch.setattr(tracks, "REPO_ROOT", repo_with_placeholder)
     assert_usage_error(["glm_asr_future"], capsys, "placeholder", "glm_asr_future/README.md")

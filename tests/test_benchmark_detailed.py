@@ -22,6 +22,7 @@ if not torch.cuda.is_available():  # before anything imports triton: its kernels
 import benchmark_detailed  # noqa: E402
 from glm_asr_lab.measure import breakdown, components, micro, operators, plots, roofline, trace  # noqa: E402
 from glm_asr_course.model.config import ModelConfig  # noqa: E402
+from glm_asr_course.model.precision import PRECISIONS  # noqa: E402
 from glm_asr_course.errors import run_cli  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -566,10 +567,10 @@ def test_report_of_a_graphed_run_on_the_real_trace(h200_trace, real_cfg, capsys)
                 "graph": {"components": components.aggregate([components.summarize(eager.regions, 30.0)] * 2)}
                 | trace.graph_launches(graphed)}
     inputs = SimpleNamespace(input_features=torch.zeros(1, 128, 3000), input_ids=torch.zeros(1, 59), batch_size=1)
-    session = SimpleNamespace(device="cuda", inputs=inputs, audio_seconds=3.5,
+    session = SimpleNamespace(device="cuda", inputs=inputs, audio_seconds=3.5, precision=PRECISIONS["bf16"],
+                              options=SimpleNamespace(runs=2, warmup=1),
                               checkpoint=SimpleNamespace(config=real_cfg, processor=None, description="random"))
-    args = SimpleNamespace(precision="bf16", runs=2, warmup=1)
-    rep = breakdown.build_report(session, args, measured, FAKE_H200, "glm_asr_triton_example")
+    rep = breakdown.build_report(session, measured, FAKE_H200, "glm_asr_triton_example")
     rows = {r["key"]: r for r in rep["components"]}
     assert rows["encoder"]["in_graph"] and rows["encoder"]["wall_ms"] == 0 and rows["encoder"]["kernel_ms"] > 3
     assert rows["encoder.layers"]["graph_off"] and rows["encoder.layers"]["wall_ms"] > 0
@@ -627,7 +628,7 @@ def test_component_mapping_of_nested_regions():
 
 
 def test_timer_warms_up_repeats_and_returns_the_result():
-    from glm_asr_lab.measure import timer
+    from glm_asr_course import timer
 
     calls = []
     times = timer.time_repeats(lambda: calls.append(1), "cpu", warmup=2, repeats=3, flush=True, graph=True)
@@ -654,7 +655,7 @@ def test_region_timer_splits_a_run():
     s = summarize(timer.regions, timer.total_ms)
     assert len(s["layers.encoder"]) == 2 and len(s["steps"]) == 3 and s["decode.steps"] == 3
     assert sum(s[k] for k in ("encoder", "projector", "prefill", "decode", "outside")) == pytest.approx(s["total"])
-    assert regions._TIMER is None
+    assert regions._TIMER.get() is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -702,10 +703,9 @@ def test_micro_benchmark_calls_the_fast_and_course_launchers(folder, launcher_na
                                 eos_token_id=[0]),
             "audio_token_id": 5}
     cfg = ModelConfig.from_dict(tiny)
-    args = SimpleNamespace(precision="fp32", max_new_tokens=4)
     timed = 0
-    for make in (micro.attention_cases, micro.linear_cases):
-        for name, shape, op, torch_fn, builders, to_torch in make(cfg, 8, args, "cpu", torch.float32):
+    for make in micro.MICRO_CASES.values():
+        for name, shape, op, torch_fn, builders, to_torch in make(cfg, 8, 4, "fp32", "cpu", torch.float32):
             for launcher in (n for n in builders if n in launchers):
                 out = to_torch(builders[launcher](launchers[launcher])())
                 assert micro.max_rel_error(out, torch_fn()) < 1e-4, (name, launcher)

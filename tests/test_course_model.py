@@ -18,7 +18,7 @@ if not torch.cuda.is_available():
 
 from glm_asr_course.model import course_model  # noqa: E402
 from glm_asr_course.reference import torch_ops  # noqa: E402
-from glm_asr_course.tracks import track_folders  # noqa: E402
+from glm_asr_course.tracks import kernel_language, track_folders  # noqa: E402
 
 TRACKS = ("glm_asr_triton_example", "glm_asr_cutile_example")
 DTYPES = [torch.float32, torch.bfloat16]
@@ -38,7 +38,7 @@ def rel_err(got, ref):
 
 
 def test_every_course_folder_provides_every_operation():
-    course_folders = [f for f in track_folders() if f.split("_")[2] in ("triton", "cutile")]
+    course_folders = [f for f in track_folders() if kernel_language(f) in ("triton", "cutile")]
     assert set(TRACKS) <= set(course_folders)
     for folder in course_folders:
         ops = course_model.track_ops(folder)

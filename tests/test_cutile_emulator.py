@@ -493,16 +493,13 @@ def test_launch_resolves_a_template_stand_in():
 
     x = torch.randn(37, device=DEV)
     y = torch.empty_like(x)
-    todo_kernels.allow_references(None, ["gelu_kernel"])
     with pytest.raises(todo_kernels.KernelTodo, match="gelu_kernel in tests/test_cutile_emulator.py is a TODO"):
-        launch((1,), gelu_kernel, x, y, 64)
-    todo_kernels.allow_references("gelu_kernel", ["gelu_kernel"])
-    try:
+        with todo_kernels.references_for(None, ["gelu_kernel"]).active():
+            launch((1,), gelu_kernel, x, y, 64)
+    with todo_kernels.references_for("gelu_kernel", ["gelu_kernel"]).active() as references:
         launch((1,), gelu_kernel, x, y, 64)
         sync()
-        assert todo_kernels.substituted() == ["gelu_kernel"]
-    finally:
-        todo_kernels.allow_references(None, ["gelu_kernel"])
+    assert references.substituted() == ["gelu_kernel"]
     assert torch.allclose(y, torch.nn.functional.gelu(x), rtol=1e-6, atol=1e-6)
 
 

@@ -8,7 +8,6 @@ in one line that names the same route, before any weight is made. The PyTorch tr
 checkpoints pass the same check.
 """
 
-import argparse
 import os
 import subprocess
 from pathlib import Path
@@ -76,9 +75,9 @@ def test_the_threshold_lies_between_the_tiny_and_the_real_model(tiny_ckpt):
     ("glm_asr_triton_example", "fast", "TINY", False, False),
 ])
 def test_only_interpreted_full_size_runs_are_refused(folder, path, model, random, refused, tiny_ckpt):
-    args = argparse.Namespace(model=str(tiny_ckpt) if model == "TINY" else model, random_weights=random)
+    model = str(tiny_ckpt) if model == "TINY" else model
     if refused:
         with pytest.raises(UserError, match="takes hours a transcription"):
-            refuse_interpreted_full_size(args, folder, path)
+            refuse_interpreted_full_size(model, random, folder, path)
     else:
-        refuse_interpreted_full_size(args, folder, path)
+        refuse_interpreted_full_size(model, random, folder, path)

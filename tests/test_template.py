@@ -35,6 +35,7 @@ from glm_asr_lab import make_template
 from glm_asr_course.kernels import todo_kernels  # noqa: E402
 from glm_asr_course.model.audio import load_audio  # noqa: E402
 from glm_asr_course.errors import run_cli  # noqa: E402
+from glm_asr_course.tracks import kernel_language  # noqa: E402
 from glm_asr_triton_example import STUDENT_KERNELS  # noqa: E402
 
 TEMPLATE = "glm_asr_triton_template"
@@ -47,7 +48,7 @@ DEV = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET")
 
 def track_of(template: str) -> str:
     """The kernel language of a template folder: "triton" or "cutile"."""
-    return template.split("_")[2]
+    return kernel_language(template)
 
 
 def template_todos(template: str = TEMPLATE) -> set[str]:
@@ -288,18 +289,16 @@ def test_template_todo_kernel_raises_and_substitutes():
         """doc"""
 
     assert isinstance(gelu_kernel, TodoKernel) and gelu_kernel.__doc__ == "doc"
-    todo_kernels.allow_references(None, STUDENT_KERNELS)
-    with pytest.raises(KernelTodo) as info:
+    with pytest.raises(KernelTodo) as info, todo_kernels.references_for(None, STUDENT_KERNELS).active():
         gelu_kernel[(1,)]
     assert isinstance(info.value, UserError) and isinstance(info.value, NotImplementedError)
     assert info.value.kernel == "gelu_kernel" and "tests/test_template.py" in str(info.value)
-    todo_kernels.allow_references("gelu_kernel", STUDENT_KERNELS)
     x = torch.randn(37, device=DEV)
     y = torch.empty_like(x)
-    gelu_kernel[(1,)](x, y, 37, BLOCK_SIZE=64)
-    assert todo_kernels.substituted() == ["gelu_kernel"]
+    with todo_kernels.references_for("gelu_kernel", STUDENT_KERNELS).active() as references:
+        gelu_kernel[(1,)](x, y, 37, BLOCK_SIZE=64)
+    assert references.substituted() == ["gelu_kernel"]
     assert torch.allclose(y, torch.nn.functional.gelu(x), atol=1e-6)
-    todo_kernels.allow_references(None, STUDENT_KERNELS)
-    assert todo_kernels.substituted() == []
+    assert todo_kernels.references_for(None, STUDENT_KERNELS).substituted() == []
     with pytest.raises(UserError, match="needs kernel names"):
-        todo_kernels.allow_references(" , ", STUDENT_KERNELS)
+        todo_kernels.references_for(" , ", STUDENT_KERNELS)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import importlib
 import math
 import statistics
@@ -40,9 +41,11 @@ from glm_asr_course.model import launch_contracts
 from glm_asr_course.model.course_model import TrackOps, track_ops
 from glm_asr_course.kernels.kernel_cases import CASES, Close, Inputs, Verdict
 from glm_asr_course.runtimes import triton_interpreter
-from glm_asr_course.tracks import import_folder
+from glm_asr_course.tracks import import_folder, kernel_language
 
-_RECORDING: list[SelfCheck] | None = None
+# The SelfChecks made inside recording_checks' block, in this context (a report's run of a kernel file's
+# self-check), or None outside one.
+_RECORDING: contextvars.ContextVar[list | None] = contextvars.ContextVar("recording", default=None)
 
 # A GPU row's time: the median of GPU_REPEATS timed launches after GPU_WARMUP untimed ones (compiling,
 # autotuning), each after an L2 flush and replayed from a CUDA graph (timer.time_launches: the kernels' time,
@@ -71,12 +74,12 @@ class CheckRow:
 def recording_checks():
     """Collect every SelfCheck made inside the block (its ``rows``) and keep ``finish`` from exiting:
     how a report runs a kernel file's self-check and reads its results."""
-    global _RECORDING
-    outer, _RECORDING = _RECORDING, []
+    recorded = []
+    token = _RECORDING.set(recorded)
     try:
-        yield _RECORDING
+        yield recorded
     finally:
-        _RECORDING = outer
+        _RECORDING.reset(token)
 
 
 @contextlib.contextmanager
@@ -141,8 +144,8 @@ class SelfCheck:
         self.counts = {"PASS": 0, "FAIL": 0, "TODO": 0, "REF": 0}
         self.todo: dict[str, todo_kernels.KernelTodo] = {}
         self.rows: list[CheckRow] = []
-        if _RECORDING is not None:
-            _RECORDING.append(self)
+        if _RECORDING.get() is not None:
+            _RECORDING.get().append(self)
         where = f"GPU {torch.cuda.get_device_name()}" if self.on_gpu else f"CPU ({cpu_runner})"
         print(f"{title} self-check on {where}")
         time_head = "time (median)" if self.on_gpu else "time (1 call)"
@@ -227,7 +230,7 @@ class SelfCheck:
             why = ([f"{c['FAIL']} row(s) failed"] if c["FAIL"] else []) + (
                 [f"{c['TODO']} row(s) wait for unwritten kernels"] if c["TODO"] else []) or ["no row ran"]
             print(f"Self-check: NOT PASSED ({'; '.join(why)}): exit 1")
-        if code and _RECORDING is None:
+        if code and _RECORDING.get() is None:
             raise SystemExit(code)
         return code
 
@@ -255,7 +258,7 @@ class Track:
 
 def load_track(package: str) -> Track:
     """A track package (an example, a template, a filled or planted copy) and how its kernels run."""
-    if "cutile" in package:
+    if kernel_language(Path(import_folder(package).__file__).parent) == "cutile":
         from glm_asr_course.runtimes.cutile import MODE
 
         return Track(package, track_ops(package), import_folder(package).STUDENT_KERNELS, MODE != "gpu",

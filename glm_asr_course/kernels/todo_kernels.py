@@ -7,30 +7,60 @@ In a template, each kernel a student writes is declared as
         \"\"\"formula, shapes, grid, hint\"\"\"
 
 Launching it (``rmsnorm_kernel[grid](...)``) raises ``KernelTodo`` naming the kernel, its file and
-the guide section, unless the kernel was allowed a reference (``--allow-reference``): then the
-example's kernel runs in its place and the substitution is recorded in ``SUBSTITUTED``, so results
-can say so. A student finishes a kernel by writing its body and replacing the decorator with
+the guide section, unless the run allowed the kernel a reference (``--allow-reference``): then the
+example's kernel runs in its place and the run's ``References`` records it, so results can say so. A student finishes a kernel by writing its body and replacing the decorator with
 ``@triton.jit``.
 
 ``KernelTodo`` is a ``UserError``: the command-line tools print it as one line and exit 2.
 
 Self-checks (glm_asr_course.kernels.self_check) read a KernelTodo as a TODO row and count reference launches
 (``reference_launches``) to mark a row REF.
+
+A run makes its own ``References`` (``references_for``), keeps it (a command's Session) and makes it the
+one that launches in its thread see (``References.active``, or ``use``): a context variable, since a
+launch is ``kernel[grid](...)`` and takes no extra argument. So two runs in one process, such as two
+browser tabs of the demo, never share the allowed kernels or the record of substitutions.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
 import inspect
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from glm_asr_course.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ALLOWED_REFERENCES: set[str] = set()  # kernel names, or "all"
-SUBSTITUTED: set[str] = set()  # kernels whose reference actually ran
-TODO_KERNELS: dict[str, "TodoKernel"] = {}  # every stand-in declared so far, by name
-_REFERENCE_LAUNCHES = [0]  # how many launches a reference served (reference_launches)
+
+
+@dataclass
+class References:
+    """One run's reference substitutions: the unwritten kernels allowed the example's kernel (names, or
+    "all"), those whose reference ran, and how many launches references served."""
+
+    allowed: frozenset[str] = frozenset()
+    used: set[str] = field(default_factory=set)
+    launches: int = 0
+
+    def substituted(self) -> list[str]:
+        """The kernels whose reference ran in this run, sorted."""
+        return sorted(self.used)
+
+    @contextlib.contextmanager
+    def active(self):
+        """Make these the references that launches in this thread (and context) see, inside the block."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+
+# The references of the run in progress in this context; none allowed outside any run.
+_ACTIVE: contextvars.ContextVar[References | None] = contextvars.ContextVar("references", default=None)
 
 
 class KernelTodo(UserError, NotImplementedError):
@@ -74,11 +104,12 @@ class TodoKernel:
         return self._reference_kernel
 
     def resolve(self):
-        """The kernel to launch in this one's place: the example's, when the kernel was allowed a
-        reference (the substitution is recorded); otherwise a ``KernelTodo``."""
-        if "all" in ALLOWED_REFERENCES or self.name in ALLOWED_REFERENCES:
-            SUBSTITUTED.add(self.name)
-            _REFERENCE_LAUNCHES[0] += 1
+        """The kernel to launch in this one's place: the example's, when the active run allowed the kernel
+        a reference (its References record the substitution); otherwise a ``KernelTodo``."""
+        references = _ACTIVE.get()
+        if references is not None and ("all" in references.allowed or self.name in references.allowed):
+            references.used.add(self.name)
+            references.launches += 1
             return self.reference_kernel()
         raise KernelTodo(self.name, self.file, self.guide)
 
@@ -89,9 +120,7 @@ class TodoKernel:
 def student_kernel(name: str, *, reference: str, guide: str):
     """Declare an unwritten kernel: keep its signature and docstring, launch nothing."""
     def wrap(fn):
-        kernel = TodoKernel(fn, name, reference, guide)
-        TODO_KERNELS[name] = kernel
-        return kernel
+        return TodoKernel(fn, name, reference, guide)
     return wrap
 
 
@@ -99,15 +128,13 @@ def parse_kernel_list(spec: str | None) -> set[str]:
     return {n.strip() for n in (spec or "").split(",") if n.strip()}
 
 
-def allow_references(spec: str | None, folder_kernels, folder: str = "this folder"):
-    """Set the kernels that may fall back to the example's, from ``a,b`` or ``all``; forget past ones.
+def references_for(spec: str | None, folder_kernels, folder: str = "this folder") -> References:
+    """A run's References from ``--allow-reference``: ``a,b``, ``all``, or None (no kernel allowed).
 
     Names outside ``folder_kernels`` (the folder's STUDENT_KERNELS) are a UserError.
     """
-    ALLOWED_REFERENCES.clear()
-    SUBSTITUTED.clear()
     if spec is None:
-        return
+        return References()
     names = parse_kernel_list(spec)
     if not names:
         raise UserError("--allow-reference needs kernel names (comma-separated) or 'all'")
@@ -116,15 +143,18 @@ def allow_references(spec: str | None, folder_kernels, folder: str = "this folde
         known = ", ".join(folder_kernels) if folder_kernels else "none (it has no student kernels)"
         raise UserError(f"--allow-reference: unknown kernel(s) {', '.join(sorted(unknown))}; "
                         f"the kernels of {folder} are: {known}")
-    ALLOWED_REFERENCES.update(names)
+    return References(frozenset(names))
 
 
-def substituted() -> list[str]:
-    """The kernels whose reference ran since the last ``allow_references``, sorted."""
-    return sorted(SUBSTITUTED)
+def use(references: References):
+    """Make ``references`` the active ones in this context from here on: a command-line run's, which
+    lasts until its process ends or the next run's replace them (``References.active`` bounds them to a
+    block instead)."""
+    _ACTIVE.set(references)
 
 
 def reference_launches() -> int:
-    """How many launches a reference kernel has served so far: a check that saw the count move ran
-    the example's kernel, not the student's."""
-    return _REFERENCE_LAUNCHES[0]
+    """How many launches a reference kernel has served in the active run so far: a check that saw the
+    count move ran the example's kernel, not the student's."""
+    references = _ACTIVE.get()
+    return 0 if references is None else references.launches

@@ -10,6 +10,7 @@ NVTX: ``GLM_ASR_NVTX=1`` in the environment turns the NVTX ranges on (``benchmar
 
 import os
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 
@@ -18,19 +19,19 @@ NVTX = {"enabled": os.environ.get("GLM_ASR_NVTX", "0") not in ("", "0", "false",
 REGION_NAMES = ("encoder", "encoder.conv", "encoder.layer", "encoder.norm", "projector", "decoder.embed",
                 "decoder.prefill", "decoder.layer", "decoder.head", "decoder.step")
 
-_TIMER = None  # the active timer (measure.components.RegionTimer), if any
+# The active timer (measure.components.RegionTimer) of the measurement in progress in this context, if any.
+_TIMER: ContextVar = ContextVar("region_timer", default=None)
 
 
 def set_timer(timer) -> None:
     """Make ``timer`` (an object with enter(name) -> mark and exit(mark)) see every region, or None."""
-    global _TIMER
-    _TIMER = timer
+    _TIMER.set(timer)
 
 
 @contextmanager
 def region(name: str):
     nvtx = NVTX["enabled"] and torch.cuda.is_available()
-    timer = _TIMER
+    timer = _TIMER.get()
     mark = timer.enter(name) if timer is not None else None
     if nvtx:
         torch.cuda.nvtx.range_push(name)

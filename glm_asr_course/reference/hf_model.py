@@ -12,16 +12,16 @@ import torch
 from glm_asr_course.model.precision import torch_matmul_precision
 
 
-def raw_config(args) -> dict:
-    """config.json of --model (or transformers' defaults for --random-weights without one)."""
+def raw_config(model: str, random_weights: bool) -> dict:
+    """config.json of ``model`` (--model; with --random-weights and no such directory, transformers' defaults)."""
     from glm_asr_course.model.checkpoint import default_config_dict, local_model_dir, read_raw_config, resolve_model_dir
 
-    if args.random_weights:
-        local = local_model_dir(args.model)
+    if random_weights:
+        local = local_model_dir(model)
         if local is not None and (local / "config.json").is_file():
             return read_raw_config(local)
         return default_config_dict()
-    return read_raw_config(resolve_model_dir(args.model, need_weights=False))
+    return read_raw_config(resolve_model_dir(model, need_weights=False))
 
 
 def build(raw: dict, weights: dict, dtype: torch.dtype, device: str):

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from glm_asr_course.reference.tiny_checkpoint import build_tiny_checkpoint
-from glm_asr_course.tracks import REPO_ROOT as REPO
+from glm_asr_course.tracks import REPO_ROOT as REPO, kernel_language
 
 
 def write_wav(path: Path, samples: np.ndarray) -> Path:
@@ -91,7 +91,8 @@ def main() -> int:
         bad_inputs = cases(tmp, ckpt)  # written once, then tried on every track
         runs = [(track, *case) for track in args.tracks.split(",") for case in bad_inputs]
         # The template of each kernel language among the tracks (the Triton one where none is named).
-        languages = [lang for lang in ("triton", "cutile") if f"glm_asr_{lang}_" in args.tracks] or ["triton"]
+        named = {kernel_language(track.split(":")[0]) for track in args.tracks.split(",")}
+        languages = [lang for lang in ("triton", "cutile") if lang in named] or ["triton"]
         for template in (f"glm_asr_{lang}_template" for lang in languages):
             runs.append((template, "template kernel left TODO", ["--model", str(ckpt)], "is a TODO"))
             runs.append((template, "unknown --allow-reference kernel",

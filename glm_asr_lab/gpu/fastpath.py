@@ -84,18 +84,18 @@ class Results:
         self.add(row | {"error": traceback.format_exc(limit=-3)}, f"FAILED: {what}")
 
 
-def time_track(track: str, precision, cfg, weights_in, inputs, args) -> dict:
-    """One folder:path in one precision: its first call, then --warmup untimed and --runs timed ones."""
+def time_track(track: str, precision, cfg, weights_in, inputs, device: str, tokens: int, warmup: int,
+               runs: int) -> dict:
+    """One folder:path in one precision, ``tokens`` tokens a transcription: its first call, then
+    ``warmup`` untimed and ``runs`` timed ones."""
     folder, _, path = track.partition(":")
-    model = import_track(folder, path or None, args.device).load_model(cfg, weights_in(precision.dtype),
-                                                                        args.device, precision)
+    model = import_track(folder, path or None, device).load_model(cfg, weights_in(precision.dtype), device, precision)
 
     def transcribe():
-        return model.generate(inputs, args.tokens, args.tokens)[0]
+        return model.generate(inputs, tokens, tokens)[0]
 
-    first_ms, ids = time_call(transcribe, args.device)
-    runs = args.ieee_runs if precision.name == "fp32" else args.runs
-    return {"first_call_ms": first_ms, "ids": ids} | spread(time_repeats(transcribe, args.device, warmup=args.warmup,
+    first_ms, ids = time_call(transcribe, device)
+    return {"first_call_ms": first_ms, "ids": ids} | spread(time_repeats(transcribe, device, warmup=warmup,
                                                                          repeats=runs))
 
 
@@ -148,7 +148,9 @@ def main() -> int:
     for track, precision_name in timings:
         row = {"kind": "timing", "track": track, "precision": precision_name, "tokens": tokens}
         try:
-            row |= time_track(track, PRECISIONS[precision_name], cfg, weights_in, inputs, args)
+            runs = args.ieee_runs if precision_name == "fp32" else args.runs
+            row |= time_track(track, PRECISIONS[precision_name], cfg, weights_in, inputs, device, tokens, args.warmup,
+                              runs)
             row |= {"floor_ms": floors[precision_name]["floor_ms"],
                     "floor_fraction": floors[precision_name]["floor_ms"] / row["mean_ms"]}
             results.add(row, f"{track} {precision_name}: {row['mean_ms']:.1f} ± {row['std_ms']:.1f} ms "

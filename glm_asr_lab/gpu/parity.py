@@ -58,11 +58,12 @@ def agreeing_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def compare(name, precision, ids, logits, reference, args) -> dict:
-    """The row of one run (a track's or transformers' own) against the fp32 reference."""
+def compare(name, precision, ids, logits, reference, device: str, tokens: int) -> dict:
+    """The row of one run (a track's or transformers' own, ``tokens`` tokens on ``device``) against the fp32
+    reference."""
     ref_ids, ref_logits, ref_scores, gaps, hf32, feed32 = reference
     agree = agreeing_prefix(ids, ref_ids)
-    row = {"track": name, "precision": precision, "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "tokens": args.tokens,
+    row = {"track": name, "precision": precision, "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu", "tokens": tokens,
            "tokens_agree": agree, "distinct_ids": len(set(ids)), "ref_distinct_ids": len(set(ref_ids)),
            "min_top2_gap": min(gaps), "ids": ids, "ref_ids": ref_ids}
     if logits is not None:
@@ -79,7 +80,7 @@ def compare(name, precision, ids, logits, reference, args) -> dict:
         note += (f"; at token {agree} transformers' fp32 logit for its id beats this one by "
                  f"{row['first_difference_gap']:.3g} (its top-2 gap there: {gaps[agree]:.3g})")
     err = f"logits rel err {row['rel_err_norm']:.2e} (norm), {row['rel_err_max']:.2e} (max); " if logits is not None else ""
-    print(f"[{precision}] {name}: {err}ids equal to transformers' fp32 for {agree}/{args.tokens} tokens{note}",
+    print(f"[{precision}] {name}: {err}ids equal to transformers' fp32 for {agree}/{tokens} tokens{note}",
           flush=True)
     return row
 
@@ -166,7 +167,7 @@ def main():
             hf_ms = time_repeats(lambda: hf.generate(**feed, do_sample=False, max_new_tokens=13, min_new_tokens=13),
                                  args.device, warmup=1, repeats=3)
         with torch_matmul_precision(fp32):
-            row = compare(HF, precision_name, hf_ids, hf_logits, reference, args)
+            row = compare(HF, precision_name, hf_ids, hf_logits, reference, args.device, args.tokens)
         row["same_context_regret"], row["same_context_flips"] = same_context_regret(hf_forced, ref_forced)
         row["hf_ms_median"] = statistics.median(hf_ms)
         rows.append(row)
@@ -183,7 +184,7 @@ def main():
             del model
             torch.cuda.empty_cache()
             with torch_matmul_precision(fp32):
-                rows.append(compare(track, precision_name, ids, logits, reference, args))
+                rows.append(compare(track, precision_name, ids, logits, reference, args.device, args.tokens))
             rows[-1]["same_context_regret"], rows[-1]["same_context_flips"] = same_context_regret(track_forced,
                                                                                                   ref_forced)
             rows[-1]["verdict"] = verdict(rows[-1], row)

@@ -69,11 +69,10 @@ from glm_asr_course.errors import UserError, run_cli
 from glm_asr_lab.grading import class_report, slurm
 from glm_asr_course.command_line import (ArgumentParser, add_common_args, expected_text, positive_int, refuse_interpreted_full_size,
                            resolve_device)
-from glm_asr_course.tracks import REPO_ROOT
+from glm_asr_course.tracks import REPO_ROOT, declared_language
 
 TRACKS = ("triton", "cutile")
 # A file only one track's folders have: how a submission's track is told without importing it.
-TRACK_MARKERS = {"triton": "glm_asr_course/runtimes/triton_helpers.py", "cutile": "glm_asr_course/runtimes/tile_helpers.py"}
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 MAX_SUBMISSION_BYTES = 100 << 20  # a student's folder is a few hundred kB; more is a mistake or a bomb
 RESULT_LIMIT_BYTES = 8 << 20  # a worker's result: ~60 kernel rows and a few hundred ids
@@ -177,7 +176,8 @@ def track_package(files: dict[str, bytes], name: str, track: str | None) -> tupl
         where = "no model.py" if not tops else f"model.py in {len(tops)} folders"
         raise SubmissionProblem(f"{name}: not one copy of a template folder ({where})")
     package = {rel[len(tops[0]):]: data for rel, data in files.items() if rel.startswith(tops[0])}
-    found = [t for t, marker in TRACK_MARKERS.items() if marker in package]
+    language = declared_language(package.get("__init__.py", b""))
+    found = [language] if language in ("triton", "cutile") else []
     if track is not None and found and found != [track]:
         raise SubmissionProblem(f"{name}: a {found[0]} folder, and the class is graded as {track} (--track)")
     if track is None and len(found) != 1:
@@ -761,7 +761,7 @@ def make_plan(args) -> Plan:
         raise UserError(f"--cases {args.cases}: the case table's kernels are {', '.join(known)}")
     device = args.device or ("cuda" if args.slurm else resolve_device(None))
     if device == "cpu":
-        refuse_interpreted_full_size(args, f"glm_asr_{args.track or 'triton'}_example", "course")
+        refuse_interpreted_full_size(args.model, args.random_weights, f"glm_asr_{args.track or 'triton'}_example", "course")
     load_audio(args.audio)  # a clip that cannot be read: its one line, before anything runs
     model_dir = ckpt.local_model_dir(args.model) if args.random_weights else ckpt.resolve_model_dir(args.model)
     clip = Path(args.audio).resolve()
@@ -778,7 +778,7 @@ def make_plan(args) -> Plan:
     argv += ["--random-weights"] if args.random_weights else []
     argv += ["--precision", args.precision] if args.precision else []
     argv += ["--max-new-tokens", str(args.max_new_tokens)] if args.max_new_tokens else []
-    plan = Plan(str(out), str(submissions.resolve()), device, argv, cases, args.time_limit, expected_text(args),
+    plan = Plan(str(out), str(submissions.resolve()), device, argv, cases, args.time_limit, expected_text(args.audio, args.expected),
                 judged_files(clip, model_dir), "", [])
     plan.fingerprint = fingerprint = plan.current_fingerprint()
 

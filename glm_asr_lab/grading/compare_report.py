@@ -42,24 +42,25 @@ from glm_asr_course.kernels import self_check
 from glm_asr_course.kernels import todo_kernels
 from glm_asr_course.command_line import release, time_runs
 from glm_asr_course.errors import UserError
-from glm_asr_course.tracks import import_track, track_folders, track_paths
+from glm_asr_course.tracks import import_track, kernel_language, track_folders, track_paths
 
 # A row is flagged in the bottleneck analysis when it is this much slower than the solution's.
 SLOWER_FLAG = 1.25
 
 
 def solution_folder(folder: str, requested: str | None) -> str:
-    """The folder a student's is graded against: --solution, else the example of the same kernel
-    language (glm_asr_triton_* → glm_asr_triton_example, glm_asr_cutile_* → glm_asr_cutile_example)."""
+    """The folder a student's is graded against: --solution, else the example of the folder's kernel
+    language (tracks.kernel_language: a Triton folder → glm_asr_triton_example, a cuTile one →
+    glm_asr_cutile_example)."""
     folders = track_folders()
     if requested is not None:
         name = Path(requested.rstrip("/")).name
         if name not in folders:
             raise UserError(f"--solution {requested}: not a model folder; choose one of: {', '.join(folders)}")
         return name
-    for language in ("cutile", "triton"):
-        if language in folder and f"glm_asr_{language}_example" in folders:
-            return f"glm_asr_{language}_example"
+    example = f"glm_asr_{kernel_language(folder)}_example"
+    if example in folders:
+        return example
     raise UserError(f"--compare: no solution folder for {folder}; name one with --solution FOLDER")
 
 
@@ -88,7 +89,7 @@ def e2e_row(label: str, what: str, runs: list[float], tokens: list[int]) -> dict
             "ms_per_token": times["mean_ms"] / max(len(tokens), 1), "token_ids": tokens}
 
 
-def measure_others(session, args, solution: str, log=print) -> list[dict]:
+def measure_others(session, solution: str, log=print) -> list[dict]:
     """The solution's course and fast paths and transformers, one model in memory at a time."""
     rows = []
     ckpt, device = session.checkpoint, session.device
@@ -99,7 +100,7 @@ def measure_others(session, args, solution: str, log=print) -> list[dict]:
         log(f"[compare] {solution} {path} path: loading and timing")
         model = module.load_model(ckpt.config, ckpt.weights, device, session.precision)
         label = "course baseline" if path == "course" else "fast path"
-        rows.append(e2e_row(label, f"{solution} ({path} path)", *time_runs(model, session.inputs, args, device)))
+        rows.append(e2e_row(label, f"{solution} ({path} path)", *time_runs(model, session.inputs, session.options, device)))
         del model
         release(device)
     if importlib.util.find_spec("transformers") is None:
@@ -108,9 +109,10 @@ def measure_others(session, args, solution: str, log=print) -> list[dict]:
     from glm_asr_course.reference.hf_model import HFTrack, raw_config
 
     log("[compare] transformers: loading and timing")
-    model = HFTrack(raw_config(args), ckpt.weights, ckpt.config, device, session.precision)
+    model = HFTrack(raw_config(session.options.model, session.options.random_weights), ckpt.weights, ckpt.config,
+                    device, session.precision)
     rows.append(e2e_row("transformers", "GlmAsrForConditionalGeneration (sdpa)",
-                        *time_runs(model, session.inputs, args, device, streams_tokens=False)))
+                        *time_runs(model, session.inputs, session.options, device, streams_tokens=False)))
     del model
     release(device)
     return rows
@@ -128,28 +130,24 @@ def pair_kernel_rows(student: list[dict], solution: list[dict]) -> list[dict]:
     return paired
 
 
-def compare(session, args, student: dict, log=print) -> dict:
-    """Measure everything; returns the report's dict. ``student``: benchmark_student's result (or
-    unfinished_run's)."""
+def compare(session, requested_solution: str | None, student: dict, log=print) -> dict:
+    """Measure everything; returns the report's dict. ``requested_solution``: --solution, or None;
+    ``student``: benchmark_student's result (or unfinished_run's)."""
     folder = session.folder.rstrip("/").split("/")[-1]
-    solution = solution_folder(folder, getattr(args, "solution", None))
+    solution = solution_folder(folder, requested_solution)
     log(f"[compare] kernel self-checks: {folder} against {solution}")
     kernels = self_check.load_track(folder).student_kernels
     student_kernels = kernel_rows(folder)
     # The solution's rows must not run on reference substitutions meant for the student's folder.
-    allowed = set(todo_kernels.ALLOWED_REFERENCES)
-    todo_kernels.ALLOWED_REFERENCES.clear()
-    try:
+    with todo_kernels.References().active():
         solution_kernels = kernel_rows(solution)
-    finally:
-        todo_kernels.ALLOWED_REFERENCES.update(allowed)
     rows = [e2e_row("student", f"{folder} ({session.path} path)", student["runs_ms"], student["token_ids"])
             ] if student["runs_ms"] else []
-    rows += measure_others(session, args, solution, log)
+    rows += measure_others(session, solution, log)
     peaks = roofline.device_peaks(session.device, log=lambda *_: None)
     for row in rows:
         add_floor(row, roofline_floor(session, row["tokens"], peaks))
-    header = dict(run_header(session), folder=folder, solution=solution, substituted_kernels=todo_kernels.substituted())
+    header = dict(run_header(session), folder=folder, solution=solution, substituted_kernels=session.references.substituted())
     return assemble_report(header, student, kernels, pair_kernel_rows(student_kernels, solution_kernels), rows,
                            peaks_summary(peaks, session.precision.name))
 

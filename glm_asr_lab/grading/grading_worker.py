@@ -74,7 +74,7 @@ def run_cases(folder: str, track_name: str, subset: list[str] | None) -> list[di
     return kernel_rows(track, subset)
 
 
-def check_and_time(session, args, path: str, time_it: bool) -> dict:
+def check_and_time(session, path: str, time_it: bool) -> dict:
     """The check run and, when ``time_it``, the timed runs; what stopped them, if anything did."""
     from glm_asr_course.kernels import todo_kernels
     from glm_asr_course.kernels.self_check import one_line
@@ -86,16 +86,18 @@ def check_and_time(session, args, path: str, time_it: bool) -> dict:
             from glm_asr_course.reference.hf_model import HFTrack, raw_config
 
             ckpt = session.checkpoint
-            session.model = HFTrack(raw_config(args), ckpt.weights, ckpt.config, session.device, session.precision)
+            session.model = HFTrack(raw_config(session.options.model, session.options.random_weights), ckpt.weights,
+                                    ckpt.config, session.device, session.precision)
         else:
             load_track_model(session)
-        check_ms, ids = timed_generate(session.model, session.inputs, args, session.device)
+        check_ms, ids = timed_generate(session.model, session.inputs, session.options, session.device)
         print(f"Check run: {check_ms:.1f} ms, {len(ids)} tokens", flush=True)
         run = {"status": "RUN", "token_ids": ids, "transcription": decode(session.checkpoint.processor, ids),
                "check_ms": check_ms, "runs_ms": [], "timing": "not timed: a case did not pass"}
         if time_it:
             run["runs_ms"], run["timing"] = time_transcriptions(
-                lambda: session.model.generate(session.inputs, args.max_new_tokens, args.min_new_tokens),
+                lambda: session.model.generate(session.inputs, session.options.max_new_tokens,
+                                               session.options.min_new_tokens),
                 session.device, check_ms)
             print(f"Timed: {statistics.fmean(run['runs_ms']):.1f} ms ({run['timing']})", flush=True)
         return run
@@ -106,7 +108,7 @@ def check_and_time(session, args, path: str, time_it: bool) -> dict:
 
 
 def grade(request: dict) -> dict:
-    from glm_asr_course.command_line import ArgumentParser, add_common_args, prepare_session, resolve_device
+    from glm_asr_course.command_line import ArgumentParser, RunOptions, add_common_args, prepare_session, resolve_device
     from glm_asr_lab.grading.compare_report import run_header
     from glm_asr_course.tracks import add_track_root, use_device
 
@@ -115,39 +117,39 @@ def grade(request: dict) -> dict:
     add_common_args(parser, runs_default=1)
     # Timing follows time_transcriptions' rules, not --warmup / --runs; transformers' inputs come
     # from the course path's session.
-    args = parser.parse_args([*request["benchmark_argv"], "--warmup", "0", "--runs", "1",
-                              "--path", "fast" if path == "fast" else "course"])
-    use_device(resolve_device(args.device))  # before the track's kernel language is imported
+    options = RunOptions.from_args(parser.parse_args([*request["benchmark_argv"], "--warmup", "0", "--runs", "1",
+                                                      "--path", "fast" if path == "fast" else "course"]))
+    use_device(resolve_device(options.device))  # before the track's kernel language is imported
     if request["root"]:
         add_track_root(request["root"])
     result = {"rows": None, "floors": None, "peaks": None}
     if path == "course":
         result["rows"] = run_cases(folder, request["track"], request["cases"])
-    session = prepare_session(args, folder)
+    session = prepare_session(options, folder)
     passed = all(row["status"] == "PASS" for row in result["rows"] or [])
-    result["e2e"] = check_and_time(session, args, path, time_it=passed)
+    result["e2e"] = check_and_time(session, path, time_it=passed)
     result["header"] = run_header(session)
     result["random_weights"] = session.checkpoint.random_weights
     if path == "transformers":
         session.model = None  # one transformers model in memory at a time: the fp32 one comes next
-        result["transformers_fp32"] = transformers_fp32_ids(session, args, result["e2e"])
+        result["transformers_fp32"] = transformers_fp32_ids(session, result["e2e"])
     if request["roofline"]:
         from glm_asr_lab.measure import roofline
         from glm_asr_lab.grading.compare_report import peaks_summary, roofline_floor
 
         peaks = roofline.device_peaks(session.device)
         result["peaks"] = peaks_summary(peaks, session.precision.name)
-        result["floors"] = {str(n): roofline_floor(session, n, peaks) for n in range(args.max_new_tokens + 1)}
+        result["floors"] = {str(n): roofline_floor(session, n, peaks) for n in range(session.options.max_new_tokens + 1)}
     return result
 
 
-def transformers_fp32_ids(session, args, run: dict) -> dict:
+def transformers_fp32_ids(session, run: dict) -> dict:
     """transformers' IEEE fp32 ids on the same inputs (the check run's when it ran in fp32), or why none."""
     from glm_asr_course.verdict import check_against_transformers
 
     if session.precision.name == "fp32" and run["status"] == "RUN":
         return {"ids": run["token_ids"], "not_compared": ""}
-    check = check_against_transformers(session, args, [])
+    check = check_against_transformers(session, [])
     return {"ids": check.reference, "not_compared": check.not_compared}
 
 

@@ -14,27 +14,27 @@ from glm_asr_course.timer import quartiles, time_call
 from glm_asr_lab.measure.trace import graph_launches, profile_run
 
 
-def measure(session, args, label: str, log=print) -> dict:
+def measure(session, label: str, log=print) -> dict:
     """End to end, components (region timers) and one profiled run, every transcription after --warmup
-    untimed ones, so compilation is never counted. A model that replays CUDA graphs runs no region inside
+    untimed ones (the session's options), so compilation is never counted. A model that replays CUDA graphs runs no region inside
     a replay: its end-to-end and component times are taken as it runs, its launches counted in one
     profiled run, then its per-region split and kernels measured with use_cuda_graph=False."""
-    model, inputs, device = session.model, session.inputs, session.device
+    model, inputs, device, options = session.model, session.inputs, session.device, session.options
 
     def transcribe():
-        return model.generate(inputs, args.max_new_tokens, args.min_new_tokens)[0]
+        return model.generate(inputs, options.max_new_tokens, options.min_new_tokens)[0]
 
     def region_timed():
-        return timed_run(model, inputs, args.max_new_tokens, args.min_new_tokens, device)[0]
+        return timed_run(model, inputs, options.max_new_tokens, options.min_new_tokens, device)[0]
 
-    log(f"[{label}] warm-up {args.warmup}, {args.runs} timed runs, {args.runs} component runs, 1 profiled run")
-    for _ in range(args.warmup):
+    log(f"[{label}] warm-up {options.warmup}, {options.runs} timed runs, {options.runs} component runs, 1 profiled run")
+    for _ in range(options.warmup):
         time_call(transcribe, device)
-    if args.warmup == 0:  # the region timers and the profiler still never see the first-ever call
+    if options.warmup == 0:  # the region timers and the profiler still never see the first-ever call
         log(f"[{label}] note: --warmup 0: the first timed run includes compilation / first-call costs")
     # Plain and region-timed runs alternate, so both sets see the same machine state (clocks, caches).
     e2e, component_runs = [], []
-    for _ in range(args.runs):
+    for _ in range(options.runs):
         ms, tokens = time_call(transcribe, device)
         e2e.append(ms)
         component_runs.append(region_timed())
@@ -47,7 +47,7 @@ def measure(session, args, label: str, log=print) -> dict:
     model.use_cuda_graph = False
     try:
         time_call(transcribe, device)
-        runs = [region_timed() for _ in range(args.runs)]
+        runs = [region_timed() for _ in range(options.runs)]
         result["profile"] = profile_run(transcribe, device)
     finally:
         model.use_cuda_graph = True
@@ -66,19 +66,20 @@ COMPONENT_ROWS = (("encoder", "encoder"), ("encoder.conv", "conv"), ("encoder.la
                   ("outside", "outside regions (host loop, syncs, copies)"))
 
 
-def build_report(session, args, measured: dict, peaks, label: str) -> dict:
+def build_report(session, measured: dict, peaks, label: str) -> dict:
     """The report of one folder (or transformers) from ``measure``'s result; its keys are the JSON's."""
     inputs, e2e, comp, prof, graph = session.inputs, measured["e2e"], measured["components"], measured["profile"], \
         measured["graph"]
     q1, med, q3 = quartiles(e2e)
+    precision = session.precision.name
     kern = summarize(prof.regions, prof.wall_ms)
     gcomp = graph["components"] if graph else None
     tokens = prof.tokens or measured["tokens"]
     steps = int(kern["decode.steps"]) if kern["decode.steps"] else max(len(tokens) - 1, 0)
     ops = roofline.transcription_ops(session.checkpoint.config, windows=inputs.input_features.shape[0],
                                      mel_frames=inputs.input_features.shape[-1], prompt_len=inputs.input_ids.shape[1],
-                                     decode_steps=steps, dtype=args.precision, batch=inputs.batch_size)
-    operators, classes = operator_tables(prof, ops, peaks, args.precision)
+                                     decode_steps=steps, dtype=precision, batch=inputs.batch_size)
+    operators, classes = operator_tables(prof, ops, peaks, precision)
     # A prompt phase replayed as one CUDA graph runs no region inside it in the timed runs: its parts and
     # layers come from the graph-off runs, as the decode step's parts do for a replayed step.
     prompt_graph = bool(graph) and comp["encoder"]["median"] == 0 and gcomp["encoder"]["median"] > 0
@@ -106,12 +107,12 @@ def build_report(session, args, measured: dict, peaks, label: str) -> dict:
     off = "use_cuda_graph=False runs"
     return {
         "label": label, "folder": label.split(":")[0], "path": getattr(session, "path", None),
-        "model": session.checkpoint.description, "precision": args.precision, "device": session.device,
+        "model": session.checkpoint.description, "precision": precision, "device": session.device,
         "device_name": peaks.device, "audio_seconds": round(session.audio_seconds, 3),
         "windows": int(inputs.input_features.shape[0]), "mel_frames": int(inputs.input_features.shape[-1]),
         "prompt_len": int(inputs.input_ids.shape[1]), "tokens": len(tokens), "decode_steps": steps,
         "token_ids": list(tokens), "transcription": decode_text(processor, tokens) if processor else "",
-        "runs": args.runs, "warmup": args.warmup,
+        "runs": session.options.runs, "warmup": session.options.warmup,
         "end_to_end": {"median_ms": med, "q1_ms": q1, "q3_ms": q3, "min_ms": min(e2e), "max_ms": max(e2e),
                        "runs_ms": e2e, "ms_per_token": med / max(len(tokens), 1)},
         "components": rows,

@@ -25,16 +25,16 @@ from glm_asr_lab.measure import roofline
 from glm_asr_course.timer import quartiles, time_launches
 
 
-def model_config(args):
+def model_config(model: str, random_weights: bool):
     """The sizes the micro-benchmarks take: --model's config.json, or --random-weights' defaults."""
-    if args.random_weights:
-        return ModelConfig.from_dict(raw_config(args))
-    return read_config(resolve_model_dir(args.model, need_weights=False))
+    if random_weights:
+        return ModelConfig.from_dict(raw_config(model, random_weights))
+    return read_config(resolve_model_dir(model, need_weights=False))
 
 
-def default_seq_len(args, cfg) -> int:
-    """The prompt length the audio gives: 3 text ids + one per audio token + 12 text ids."""
-    tokens = int(audio_tokens_of(len(load_audio(args.audio)), cfg).sum())
+def default_seq_len(audio: str, cfg) -> int:
+    """The prompt length ``audio`` gives: 3 text ids + one per audio token + 12 text ids."""
+    tokens = int(audio_tokens_of(len(load_audio(audio)), cfg).sum())
     return tokens + SYNTHETIC_PREFIX_LEN + SYNTHETIC_SUFFIX_LEN
 
 
@@ -90,10 +90,11 @@ def max_rel_error(out, ref) -> float:
     return float((out.float().reshape(ref.shape) - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 
-def attention_cases(cfg, seq_len: int, args, device, dtype):
-    """(name, shape text, logical Op, torch fn, {launcher: fn builder}, output → torch layout)."""
-    e = roofline.ELEMENT_BYTES[args.precision]
-    dot = get_precision(args.precision).dot
+def attention_cases(cfg, seq_len: int, max_new_tokens: int, precision: str, device, dtype):
+    """(name, shape text, logical Op, torch fn, {launcher: fn builder}, output → torch layout); the
+    decoder's KV cache long enough for ``max_new_tokens`` after the prompt."""
+    e = roofline.ELEMENT_BYTES[precision]
+    dot = get_precision(precision).dot
     enc, dec = cfg.encoder, cfg.decoder
     gen = torch.Generator(device=device).manual_seed(0)
     rnd = lambda *shape: torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
@@ -119,7 +120,7 @@ def attention_cases(cfg, seq_len: int, args, device, dtype):
                                                              scale, enc_out.transpose(1, 2), precision=dot)
                                                    .transpose(1, 2))},
                   _bthd_to_bhtd))
-    cache_len = -(-(seq_len + args.max_new_tokens) // 256) * 256
+    cache_len = -(-(seq_len + max_new_tokens) // 256) * 256
     d_scale = dec.head_dim ** -0.5
     kc = rnd(1, dec.num_kv_heads, cache_len, dec.head_dim)
     vc = rnd(1, dec.num_kv_heads, cache_len, dec.head_dim)
@@ -172,9 +173,9 @@ def attention_cases(cfg, seq_len: int, args, device, dtype):
     return cases
 
 
-def linear_cases(cfg, seq_len: int, args, device, dtype):
-    e = roofline.ELEMENT_BYTES[args.precision]
-    dot = get_precision(args.precision).dot
+def linear_cases(cfg, seq_len: int, max_new_tokens: int, precision: str, device, dtype):
+    e = roofline.ELEMENT_BYTES[precision]
+    dot = get_precision(precision).dot
     enc, dec = cfg.encoder, cfg.decoder
     gen = torch.Generator(device=device).manual_seed(0)
     rnd = lambda *shape, s=1.0: (torch.randn(*shape, generator=gen, device=device) * s).to(dtype)
@@ -223,24 +224,30 @@ def linear_cases(cfg, seq_len: int, args, device, dtype):
     return cases
 
 
-def run_micro(args, folders: list[str], peaks, device: str) -> dict:
-    """Every case of --attention-only / --linear-only: torch and each folder's launcher, timed and checked."""
+# The micro-benchmarks' kinds: --attention-only and --linear-only.
+MICRO_CASES = {"attention": attention_cases, "linear": linear_cases}
+
+
+def run_micro(options, kinds: list[str], seq_len: int | None, folders: list[str], peaks, device: str) -> dict:
+    """Every case of ``kinds`` (of MICRO_CASES): torch and each folder's launcher, timed and checked, at the
+    sizes of ``options``' model (a RunOptions of glm_asr_course.command_line, settled) and its
+    precision, runs and token limit; ``seq_len``: the prompt length (None: the audio's)."""
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    dtype = get_precision(args.precision).dtype
-    cfg = model_config(args)
-    seq_len = args.seq_len or default_seq_len(args, cfg)
+    precision = options.precision
+    dtype = get_precision(precision).dtype
+    cfg = model_config(options.model, options.random_weights)
+    seq_len = seq_len or default_seq_len(options.audio, cfg)
     impls = [(f, folder_launchers(f)) for f in folders]
-    runs = max(args.runs, 20) if device == "cuda" else args.runs
+    runs = max(options.runs, 20) if device == "cuda" else options.runs
     sections = []
-    kinds = ([("attention", attention_cases)] if args.attention_only else []) + \
-            ([("linear", linear_cases)] if args.linear_only else [])
-    for kind, make in kinds:
+    for kind in kinds:
         rows = []
-        for name, shape, op, torch_fn, builders, to_torch in make(cfg, seq_len, args, device, dtype):
+        for name, shape, op, torch_fn, builders, to_torch in MICRO_CASES[kind](cfg, seq_len, options.max_new_tokens,
+                                                                               precision, device, dtype):
             tq1, tmed, tq3, torch_timing = bench_us(torch_fn, device, runs)
             reference = torch_fn()
-            floor = roofline.floor_seconds(op.flops, op.bytes, peaks, args.precision) * 1e6
+            floor = roofline.floor_seconds(op.flops, op.bytes, peaks, precision) * 1e6
             row = {"op": name, "shape": shape, "flops": op.flops, "bytes": op.bytes, "floor_us": floor,
                    "torch_us": tmed, "torch_iqr_us": [tq1, tq3], "torch_timing": torch_timing, "impls": []}
             for folder, launchers in impls:
@@ -260,11 +267,11 @@ def run_micro(args, folders: list[str], peaks, device: str) -> dict:
                     except Exception as exc:  # a student kernel failing at this shape: report, go on
                         entry["note"] = f"failed: {type(exc).__name__}: {(str(exc) or ' ').splitlines()[0][:80]}"
                 if entry["us"]:
-                    roof = roofline.assess(op.flops, op.bytes, entry["us"] / 1e6, 1, peaks, args.precision)
+                    roof = roofline.assess(op.flops, op.bytes, entry["us"] / 1e6, 1, peaks, precision)
                     entry.update({key: roof[key] for key in ("tflops", "gbps", "pct_roof", "verdict")},
                                  speedup_vs_torch=tmed / entry["us"])
                 row["impls"].append(entry)
             rows.append(row)
         sections.append({"kind": kind, "rows": rows})
-    return {"mode": "micro", "folders": folders, "device": device, "precision": args.precision, "seq_len": seq_len,
+    return {"mode": "micro", "folders": folders, "device": device, "precision": precision, "seq_len": seq_len,
             "runs": runs, "peaks": peaks.to_json(), "sections": sections}
