@@ -136,7 +136,9 @@ for part in "${PARTS[@]}"; do
                 --precisions "$precisions" --json "$OUT_DIR/parity_$part.jsonl"
             # The compiled PyTorch path in a step of its own: its first call in each precision compiles (a minute or
             # two of autotuning), and a compilation that fails or overruns loses only this step.
-            step "$part ($precisions), glm_asr_scratch:compiled" 300 python3 -m glm_asr_lab.gpu.parity \
+            limit=300
+            [ "$part" = regret ] && limit=360  # two precisions, two compilations
+            step "$part ($precisions), glm_asr_scratch:compiled" $limit python3 -m glm_asr_lab.gpu.parity \
                 --tracks glm_asr_scratch:compiled --precisions "$precisions" --json "$OUT_DIR/parity_${part}_compiled.jsonl"
             cat "$OUT_DIR"/parity_parity.jsonl "$OUT_DIR"/parity_parity_compiled.jsonl "$OUT_DIR"/parity_regret.jsonl \
                 "$OUT_DIR"/parity_regret_compiled.jsonl > "$OUT_DIR/parity.jsonl" 2>/dev/null
