@@ -7,6 +7,9 @@ Read top to bottom: audio encoder (conv stem + pre-norm transformer with partial
       → (windows, 1500, 1280) ─ merge 4 frames → (windows, 375, 5120) ─ Linear·GELU·Linear → (…, 2048)
   prompt ids ─ embed, audio placeholders replaced by those rows ─ 28 × [RMSNorm → GQA attn → RMSNorm → SwiGLU]
       ─ RMSNorm ─ lm_head ─ argmax → next id, appended to a static KV cache, repeated until eos.
+
+compiled_model.py (``--path compiled``) runs these same layers compiled by torch.compile, each decode
+step one CUDA graph: the best PyTorch without hand-written kernels, the fast paths' yardstick.
 """
 
 import torch
