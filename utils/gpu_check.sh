@@ -29,7 +29,7 @@
 #             the components in bf16 and the kernels alone (benchmark_detailed.py), the Triton fast path in IEEE
 #             fp32 kernel by kernel, transformers eager and compiled; fastpath.jsonl and fastpath/*.json, the
 #             table in summary.md. About 3.5 minutes on an H100 before the compiled PyTorch path's two steps
-#             (their compilation: a few minutes more, each step at most 200 s)
+#             (mostly compilation; each at most 200 s)
 #   tune      glm_asr_lab/tuning/tune_random_init.py (the scales of the random weights)
 #   sweep     glm_asr_lab/tuning/sweep_linear.py (the fast path's GEMM tile table)
 #   all       bench parity regret clips kernels robust detailed grade
@@ -86,8 +86,9 @@ bench() {  # bench FOLDER PATH PRECISION [extra options]
 }
 
 # The best plain PyTorch, which every fast path must beat: glm_asr_scratch:compiled (static KV cache, CUDA
-# graphs, torch.compile of the layers). Its first call compiles (a minute or two of autotuning a precision):
-# one step a precision, so a compilation that fails or overruns loses only its own figure.
+# graphs, torch.compile of the layers). Its first call compiles and autotunes (first_call_ms in fastpath.jsonl;
+# not yet measured at full size): one step a precision, so a compilation that fails or overruns loses only
+# its own figure.
 compiled_pytorch() {  # compiled_pytorch PRECISION
     step "fastpath: PyTorch compiled (glm_asr_scratch:compiled), $1" 200 python3 -m glm_asr_lab.gpu.fastpath \
         --timings "glm_asr_scratch:compiled@$1" --jsonl "$OUT_DIR/fastpath.jsonl"
@@ -134,8 +135,8 @@ for part in "${PARTS[@]}"; do
             [ "$part" = regret ] && precisions=tf32,bf16
             step "$part ($precisions)" 560 python3 -m glm_asr_lab.gpu.parity --tracks "$(track_paths)" \
                 --precisions "$precisions" --json "$OUT_DIR/parity_$part.jsonl"
-            # The compiled PyTorch path in a step of its own: its first call in each precision compiles (a minute or
-            # two of autotuning), and a compilation that fails or overruns loses only this step.
+            # The compiled PyTorch path in a step of its own: its first call in each precision compiles and
+            # autotunes, and a compilation that fails or overruns loses only this step.
             limit=300
             [ "$part" = regret ] && limit=360  # two precisions, two compilations
             step "$part ($precisions), glm_asr_scratch:compiled" $limit python3 -m glm_asr_lab.gpu.parity \
