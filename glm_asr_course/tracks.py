@@ -88,8 +88,9 @@ def kernel_language(folder: str | Path) -> str:
 
 # A track's paths through the model, each a module of the folder, the default first where present:
 # "fast" fused production kernels, "course" the course kernels (model.py: every track has it),
-# "cupy" plain CuPy array operations (the cuTile example's baseline).
-PATH_MODULES = {"fast": "fast_model", "course": "model", "cupy": "cupy_model"}
+# "cupy" plain CuPy array operations (the cuTile example's baseline), "compiled" plain PyTorch with a
+# static cache, CUDA graphs and torch.compile (glm_asr_scratch: the yardstick of the fast paths).
+PATH_MODULES = {"fast": "fast_model", "course": "model", "cupy": "cupy_model", "compiled": "compiled_model"}
 
 
 def track_paths(folder: str) -> list[str]:

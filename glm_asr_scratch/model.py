@@ -7,6 +7,9 @@ Read top to bottom: audio encoder (conv stem + pre-norm transformer with partial
       → (windows, 1500, 1280) ─ merge 4 frames → (windows, 375, 5120) ─ Linear·GELU·Linear → (…, 2048)
   prompt ids ─ embed, audio placeholders replaced by those rows ─ 28 × [RMSNorm → GQA attn → RMSNorm → SwiGLU]
       ─ RMSNorm ─ lm_head ─ argmax → next id, appended to a static KV cache, repeated until eos.
+
+compiled_model.py (``--path compiled``) runs these same layers compiled by torch.compile, each decode
+step one CUDA graph: the best PyTorch without hand-written kernels, the fast paths' yardstick.
 """
 
 import torch
@@ -72,13 +75,15 @@ class AudioEncoder(nn.Module):
         # fp32 tables kept outside the module's buffers so .to(dtype) never rounds them; load_model moves them.
         self.cos, self.sin = rope_tables(c.max_positions, c.rotary_dim, c.rope_theta)
 
-    def forward(self, features):  # (windows, mels, frames) → (windows, frames/2, hidden)
+    def forward(self, features, run_layer=EncoderLayer.__call__):
+        """(windows, mels, frames) → (windows, frames/2, hidden); run_layer(layer, x, cos, sin) runs each
+        layer (compiled_model.py passes it compiled)."""
         with region("encoder.conv"):
             x = F.gelu(self.conv2(F.gelu(self.conv1(features)))).transpose(1, 2)
         cos, sin = self.cos[: x.shape[1]].to(x.dtype), self.sin[: x.shape[1]].to(x.dtype)
         for layer in self.layers:
             with region("encoder.layer"):
-                x = layer(x, cos, sin)
+                x = run_layer(layer, x, cos, sin)
         with region("encoder.norm"):
             return self.norm(x)
 
@@ -119,19 +124,18 @@ class DecoderLayer(nn.Module):
         self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
         self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
-        self.k_cache = self.v_cache = None
 
-    def forward(self, x, cos, sin, start: int, key_mask):
-        """x (B, T, H) holds cache slots start..start+T−1; key_mask (B, 1, T, start+T) says who sees whom."""
+    def forward(self, x, cos, sin, key_mask, slots, k_cache, v_cache):
+        """x (B, T, H) holds the cache slots ``slots`` (T,): its keys and values are written there, then
+        attended over the whole of k_cache / v_cache (B, Hkv, keys, D) as key_mask (B, 1, T, keys) allows."""
         b, t, _ = x.shape
         h = self.input_layernorm(x)
-        q = apply_rope(self.q_proj(h).view(b, t, -1, self.c.head_dim).transpose(1, 2), cos, sin)
-        k = apply_rope(self.k_proj(h).view(b, t, -1, self.c.head_dim).transpose(1, 2), cos, sin)
-        self.k_cache[:, :, start:start + t] = k
-        self.v_cache[:, :, start:start + t] = self.v_proj(h).view(b, t, -1, self.c.head_dim).transpose(1, 2)
-        attn = F.scaled_dot_product_attention(
-            q, self.k_cache[:, :, : start + t], self.v_cache[:, :, : start + t], attn_mask=key_mask, enable_gqa=True
-        )
+        heads = lambda y: y.view(b, t, -1, self.c.head_dim).transpose(1, 2)
+        q = apply_rope(heads(self.q_proj(h)), cos, sin)
+        # Slots as a device tensor: the same launches whichever step it is (one CUDA graph serves all).
+        k_cache[:, :, slots] = apply_rope(heads(self.k_proj(h)), cos, sin)
+        v_cache[:, :, slots] = heads(self.v_proj(h))
+        attn = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=key_mask, enable_gqa=True)
         x = x + self.o_proj(attn.transpose(1, 2).reshape(b, t, -1))
         h = self.post_attention_layernorm(x)
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
@@ -148,25 +152,33 @@ class TextDecoder(nn.Module):
         # fp32 tables kept outside the module's buffers so .to(dtype) never rounds them; load_model moves them.
         self.cos, self.sin = rope_tables(c.max_positions, c.rotary_dim, c.rope_theta)
 
-    def reset_cache(self, batch: int, max_len: int):
+    def new_cache(self, batch: int, length: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Zeroed keys and values of every layer, (batch, kv heads, length, head_dim) each."""
         c, p = self.c, self.embed_tokens.weight
-        for layer in self.layers:
-            shape = (batch, c.num_kv_heads, max_len, c.head_dim)
-            layer.k_cache = torch.zeros(shape, dtype=p.dtype, device=p.device)
-            layer.v_cache = torch.zeros(shape, dtype=p.dtype, device=p.device)
+        shape = (batch, c.num_kv_heads, length, c.head_dim)
+        zeros = lambda: [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in self.layers]
+        return zeros(), zeros()
 
-    def forward(self, x, start: int, pad: torch.Tensor):
-        """Run T new positions (cache slots start..start+T−1) of left-padded rows; returns hidden states."""
-        t = x.shape[1]
-        slots = torch.arange(start, start + t, device=x.device)
+    def rope_and_mask(self, slots, pad, keys: int, dtype):
+        """cos, sin (B, 1, T, rotary) of the new tokens in cache slots ``slots`` (T,) of left-padded rows
+        (pad (B,)), and the mask (B, 1, T, keys) of the cache slots each one sees."""
         positions = (slots[None, :] - pad[:, None]).clamp(min=0)  # real tokens count from 0
-        cos, sin = self.cos[positions][:, None].to(x.dtype), self.sin[positions][:, None].to(x.dtype)
-        keys = torch.arange(start + t, device=x.device)
-        visible = (keys[None, None, :] <= slots[None, :, None]) & (keys[None, None, :] >= pad[:, None, None])
-        visible |= keys[None, None, :] == slots[None, :, None]  # a pad row sees itself: no empty softmax
-        for layer in self.layers:
+        cos, sin = self.cos[positions][:, None].to(dtype), self.sin[positions][:, None].to(dtype)
+        key = torch.arange(keys, device=slots.device)[None, None, :]
+        query = slots[None, :, None]
+        visible = (key <= query) & (key >= pad[:, None, None])
+        visible |= key == query  # a pad row sees itself: no empty softmax
+        return cos, sin, visible[:, None]
+
+    def forward(self, x, slots, pad, cache, run_layer=DecoderLayer.__call__):
+        """Run the T new positions x (B, T, H), cache slots ``slots`` (T,), of rows left-padded by pad
+        (B,) over cache = (keys, values) of new_cache; returns the normed hidden states.
+        run_layer(layer, x, cos, sin, mask, slots, k, v) runs each layer (compiled_model.py: compiled)."""
+        k_caches, v_caches = cache
+        cos, sin, visible = self.rope_and_mask(slots, pad, k_caches[0].shape[2], x.dtype)
+        for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches):
             with region("decoder.layer"):
-                x = layer(x, cos, sin, start, visible[:, None])
+                x = run_layer(layer, x, cos, sin, visible, slots, k_cache, v_cache)
         with region("decoder.head"):
             return self.norm(x)
 
@@ -183,10 +195,14 @@ class GlmAsr(nn.Module):
     def device(self):
         return self.decoder.embed_tokens.weight.device
 
+    def slots(self, first: int, count: int) -> torch.Tensor:
+        """Cache slots first … first + count − 1, on the device."""
+        return torch.arange(first, first + count, device=self.device)
+
     @region("encoder")
-    def encode_audio(self, features: torch.Tensor) -> torch.Tensor:
+    def encode_audio(self, features: torch.Tensor, run_layer=EncoderLayer.__call__) -> torch.Tensor:
         with torch_matmul_precision(self.precision):
-            return self.encoder(features.to(self.device, self.precision.dtype))
+            return self.encoder(features.to(self.device, self.precision.dtype), run_layer)
 
     def project_audio(self, encoded: torch.Tensor) -> torch.Tensor:
         windows, frames, _ = encoded.shape
@@ -208,9 +224,9 @@ class GlmAsr(nn.Module):
         """Logits at every prompt position (B, T, vocab): what the parity tests compare."""
         with torch_matmul_precision(self.precision):
             x = self.embed_prompt(inputs)
-            self.decoder.reset_cache(x.shape[0], x.shape[1])
+            cache = self.decoder.new_cache(x.shape[0], x.shape[1])
             pad = torch.from_numpy(inputs.pad_lengths).to(self.device)
-            return self.decoder.lm_head(self.decoder(x, 0, pad))
+            return self.decoder.lm_head(self.decoder(x, self.slots(0, x.shape[1]), pad, cache))
 
     def _next_ids(self, hidden, ban_eos: bool):
         with region("decoder.head"):
@@ -227,10 +243,11 @@ class GlmAsr(nn.Module):
         with torch_matmul_precision(self.precision):
             x = self.embed_prompt(inputs)
             batch, prompt_len = x.shape[:2]
-            self.decoder.reset_cache(batch, prompt_len + max_new_tokens)
+            cache = self.decoder.new_cache(batch, prompt_len + max_new_tokens)
             pad = torch.from_numpy(inputs.pad_lengths).to(self.device)
             with region("decoder.prefill"):
-                next_ids = self._next_ids(self.decoder(x, 0, pad)[:, -1], stop.ban_eos())
+                next_ids = self._next_ids(self.decoder(x, self.slots(0, prompt_len), pad, cache)[:, -1],
+                                          stop.ban_eos())
             while True:
                 new_ids = next_ids.tolist()
                 if on_token is not None:
@@ -240,7 +257,7 @@ class GlmAsr(nn.Module):
                 with region("decoder.step"):
                     with region("decoder.embed"):
                         x = self.decoder.embed_tokens(next_ids)[:, None]
-                    hidden = self.decoder(x, prompt_len + stop.steps_taken - 1, pad)
+                    hidden = self.decoder(x, self.slots(prompt_len + stop.steps_taken - 1, 1), pad, cache)
                     next_ids = self._next_ids(hidden[:, -1], stop.ban_eos())
 
 

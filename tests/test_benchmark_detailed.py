@@ -82,7 +82,7 @@ def test_report_sections_json_and_csv(scratch_run):
     assert r.code == 0
     for section in ["DETAILED BENCHMARK: glm_asr_scratch", "== End to end ==", "== Components", "== Per layer",
                     "== Operators", "== Operator classes", "How to read this", "CPU measurements",
-                    "unexplained remainder", "COMPARISON: glm_asr_scratch vs transformers"]:
+                    "unexplained remainder", "COMPARISON: glm_asr_scratch:course vs transformers"]:
         assert section in r.out, section
     data = r.data
     assert set(data) >= {"folder", "model", "precision", "device", "device_name", "prompt_len", "tokens", "decode_steps",
@@ -110,11 +110,11 @@ def test_report_sections_json_and_csv(scratch_run):
     assert abs(sum(o["pct"] for o in data["operators"]) - 100) < 0.1
     # --baseline hf: transformers measured the same way, compared side by side.
     assert [o["label"] for o in data["others"]] == ["transformers"]
-    assert data["comparison"]["labels"] == ["glm_asr_scratch", "transformers"]
+    assert data["comparison"]["labels"] == ["glm_asr_scratch:course", "transformers"]
     assert data["others"][0]["tokens"] == TOKENS
     assert r.csv[0] == benchmark_detailed.CSV_COLUMNS
     assert len(r.csv) - 1 == len(data["operators"]) + len(data["others"][0]["operators"])
-    assert {row[0] for row in r.csv[1:]} == {"glm_asr_scratch", "transformers"}
+    assert {row[0] for row in r.csv[1:]} == {"glm_asr_scratch:course", "transformers"}
 
 
 def test_components_add_up_to_the_end_to_end_time(scratch_run):

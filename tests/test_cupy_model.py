@@ -93,7 +93,7 @@ def test_benchmark_detailed_times_the_baseline_beside_the_kernels(tiny_ckpt, tmp
             "--compare", "glm_asr_cutile_example:cupy", "--compare", "glm_asr_cutile_example:fast"]
     assert benchmark_detailed.main(argv) == 0
     printed = capsys.readouterr().out
-    assert "COMPARISON: glm_asr_scratch vs glm_asr_cutile_example:cupy vs glm_asr_cutile_example:fast" in printed
+    assert "COMPARISON: glm_asr_scratch:course vs glm_asr_cutile_example:cupy vs glm_asr_cutile_example:fast" in printed
     data = json.loads(out.read_text())
     assert [r["label"] for r in data["others"]] == ["glm_asr_cutile_example:cupy", "glm_asr_cutile_example:fast"]
     assert all(r["token_ids"] == data["token_ids"] and len(r["token_ids"]) == 3 for r in data["others"])

@@ -6,7 +6,8 @@
 #   bench     ./benchmark.sh on the test clip, 13 tokens, full-size random weights: every folder and
 #             path in bf16; the example paths in tf32 and IEEE fp32; the filled templates
 #   parity    glm_asr_lab/gpu/parity.py, IEEE fp32: every track path's 30 greedy ids against transformers' true
-#             fp32 on full-size random weights (equal, or it fails), with the prefill logits' error
+#             fp32 on full-size random weights (equal, or it fails), with the prefill logits' error; the
+#             compiled PyTorch path (glm_asr_scratch:compiled) in a step of its own (parity and regret)
 #   regret    glm_asr_lab/gpu/parity.py, tf32 and bf16: every track path's teacher-forced regret against
 #             transformers' true fp32, transformers' own tf32 / bf16 runs as the yardstick
 #   clips     glm_asr_lab/gpu/clips.py: test clip, 0.3 s, 30.5 s, 45 s, 5 min, 44.1 kHz stereo: fp32 ids
@@ -23,10 +24,12 @@
 #             (glm_asr_lab/synthetic_class.py: correct, a subtly wrong kernel, a TODO, a crash at import, one
 #             printing megabytes): GPU workers, CUDA-event timing, the GPU health check, the tables
 #   fastpath  the fast paths against their floor, each other and transformers (docs/performance.md, "Both
-#             fast paths to the speed of light"), in about 8.5 minutes on an H100: measured peaks and floors,
-#             end to end per path and precision (glm_asr_lab/gpu/fastpath.py), the components in bf16 and the kernels
-#             alone (benchmark_detailed.py), the Triton fast path in IEEE fp32 kernel by kernel, transformers
-#             eager and compiled; fastpath.jsonl and fastpath/*.json, the table in summary.md
+#             fast paths to the speed of light"): measured peaks and floors, end to end per path and precision
+#             (glm_asr_lab/gpu/fastpath.py), the best plain PyTorch (glm_asr_scratch:compiled) in bf16 and tf32,
+#             the components in bf16 and the kernels alone (benchmark_detailed.py), the Triton fast path in IEEE
+#             fp32 kernel by kernel, transformers eager and compiled; fastpath.jsonl and fastpath/*.json, the
+#             table in summary.md. About 3.5 minutes on an H100 before the compiled PyTorch path's two steps
+#             (mostly compilation; each at most 200 s)
 #   tune      glm_asr_lab/tuning/tune_random_init.py (the scales of the random weights)
 #   sweep     glm_asr_lab/tuning/sweep_linear.py (the fast path's GEMM tile table)
 #   all       bench parity regret clips kernels robust detailed grade
@@ -85,6 +88,15 @@ bench() {  # bench FOLDER PATH PRECISION [extra options]
     rm -f "$OUT_DIR/bench_one.json"
 }
 
+# The best plain PyTorch, which every fast path must beat: glm_asr_scratch:compiled (static KV cache, CUDA
+# graphs, torch.compile of the layers). Its first call compiles and autotunes (first_call_ms in fastpath.jsonl;
+# not yet measured at full size): one step a precision, so a compilation that fails or overruns loses only
+# its own figure.
+compiled_pytorch() {  # compiled_pytorch PRECISION
+    step "fastpath: PyTorch compiled (glm_asr_scratch:compiled), $1" 200 python3 -m glm_asr_lab.gpu.fastpath \
+        --timings "glm_asr_scratch:compiled@$1" --jsonl "$OUT_DIR/fastpath.jsonl"
+}
+
 has_cutile() { [ -f glm_asr_cutile_example/model.py ] && python3 -c "import cuda.tile" 2>/dev/null; }
 track_paths() {  # the folder:path pairs of every folder that runs here
     local tracks="glm_asr_scratch:course,glm_asr_triton_example:fast,glm_asr_triton_example:course"
@@ -126,7 +138,14 @@ for part in "${PARTS[@]}"; do
             [ "$part" = regret ] && precisions=tf32,bf16
             step "$part ($precisions)" 560 python3 -m glm_asr_lab.gpu.parity --tracks "$(track_paths)" \
                 --precisions "$precisions" --json "$OUT_DIR/parity_$part.jsonl"
-            cat "$OUT_DIR"/parity_parity.jsonl "$OUT_DIR"/parity_regret.jsonl > "$OUT_DIR/parity.jsonl" 2>/dev/null
+            # The compiled PyTorch path in a step of its own: its first call in each precision compiles and
+            # autotunes, and a compilation that fails or overruns loses only this step.
+            limit=300
+            [ "$part" = regret ] && limit=360  # two precisions, two compilations
+            step "$part ($precisions), glm_asr_scratch:compiled" $limit python3 -m glm_asr_lab.gpu.parity \
+                --tracks glm_asr_scratch:compiled --precisions "$precisions" --json "$OUT_DIR/parity_${part}_compiled.jsonl"
+            cat "$OUT_DIR"/parity_parity.jsonl "$OUT_DIR"/parity_parity_compiled.jsonl "$OUT_DIR"/parity_regret.jsonl \
+                "$OUT_DIR"/parity_regret_compiled.jsonl > "$OUT_DIR/parity.jsonl" 2>/dev/null
             ;;
         clips)
             # Every kernel path on the short and odd clips; the 5 minute clip (ten windows, a 3765-token
@@ -210,6 +229,7 @@ for part in "${PARTS[@]}"; do
             timings="$timings,$triton:fast@fp32,$triton:course@fp32,$triton:course@bf16,$triton:course@tf32"
             step "fastpath: peaks, floors, end to end" 200 python3 -m glm_asr_lab.gpu.fastpath --peaks --timings "$timings" \
                 --jsonl "$OUT_DIR/fastpath.jsonl"
+            compiled_pytorch bf16
             step "fastpath: Triton fast path, bf16, components" 50 python3 benchmark_detailed.py $triton --path fast \
                 --precision bf16 "${detailed_args[@]}" --warmup 1 --runs 3 --json "$OUT_DIR/fastpath/components_triton.json"
             if has_cutile; then
@@ -226,6 +246,7 @@ for part in "${PARTS[@]}"; do
             # CUDA graph; eager first, so a compilation that overruns the limit loses only itself.
             step "fastpath: transformers, bf16" 100 python3 -m glm_asr_lab.gpu.fastpath --anchors eager,compiled \
                 --warmup 1 --runs 5 --jsonl "$OUT_DIR/fastpath.jsonl"
+            compiled_pytorch tf32
             ;;
         tune)
             step "tune random init" 560 python3 -m glm_asr_lab.tuning.tune_random_init --json "$OUT_DIR/tune.json"

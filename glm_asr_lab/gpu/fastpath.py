@@ -15,7 +15,8 @@ checkpoint's on a CPU), the test clip, --tokens tokens forced (13: the prefill's
   --timings  each FOLDER:PATH@PRECISION in turn, on the same weights: the first call (compilation, graph capture)
              timed alone, then --warmup untimed and --runs timed transcriptions (--ieee-runs in IEEE fp32, which
              takes up to seconds a transcription): mean ± std (glm_asr_course.timer: CUDA events on a GPU),
-             the fraction of the floor reached, the ids
+             the fraction of the floor reached, the ids. glm_asr_scratch:compiled is the best plain PyTorch
+             (static cache, CUDA graphs, torch.compile of the layers): the fast paths' yardstick
   --anchors  transformers' GlmAsrForConditionalGeneration on the same weights in bf16, each setting timed the same
              way (measure.transformers_anchor.time_generate): eager (sdpa, dynamic cache), static (static cache), compiled
              (static cache and torch.compile of the decode step in --compile-mode; its first call, the
@@ -78,10 +79,12 @@ class Results:
             with open(self.path, "a") as f:
                 f.write(json.dumps(row) + "\n")
 
-    def failure(self, row: dict, what: str):
-        traceback.print_exc()
+    def failure(self, row: dict, what: str, error: Exception):
+        """The last frames of the traceback (a compiler's fills pages), then one line that says what failed."""
+        traceback.print_exc(limit=-3)
         self.failed.append(what)
-        self.add(row | {"error": traceback.format_exc(limit=-3)}, f"FAILED: {what}")
+        reason = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+        self.add(row | {"error": traceback.format_exc(limit=-3)}, f"FAILED: {what}: {reason}")
 
 
 def time_track(track: str, precision, cfg, weights_in, inputs, device: str, tokens: int, warmup: int,
@@ -157,8 +160,8 @@ def main() -> int:
                         f"({len(row['runs_ms'])} runs; floor {row['floor_ms']:.1f} ms: "
                         f"{100 * row['floor_fraction']:.0f} %; first call {row['first_call_ms'] / 1000:.1f} s; "
                         f"{len(set(row['ids']))} distinct ids of {len(row['ids'])})")
-        except Exception:
-            results.failure(row, f"{track} {precision_name}")
+        except Exception as e:
+            results.failure(row, f"{track} {precision_name}", e)
         release(device)
 
     if anchors:
@@ -173,8 +176,8 @@ def main() -> int:
                                      compile_backend=args.compile_backend)
                 results.add(row, f"transformers ({row['setting']}), bf16: {row['mean_ms']:.1f} ± {row['std_ms']:.1f} "
                             f"ms; first call {row['first_call_ms'] / 1000:.1f} s")
-            except Exception:
-                results.failure(row, f"transformers {name}")
+            except Exception as e:
+                results.failure(row, f"transformers {name}", e)
     if results.failed:
         print(f"FAILED: {', '.join(results.failed)}")
     return 1 if results.failed else 0

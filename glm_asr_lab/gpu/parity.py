@@ -25,14 +25,16 @@ sequence first left the reference, and so on chance).
 
 Verdict per track and precision: IEEE fp32 ids equal transformers' fp32 ids; tf32 and bf16 summed
 same-context regret within transformers' own run's in that precision, its flip count allowed two standard
-deviations of chance (regret_bound). Exit 1 when one fails, or when the reference's ids hold fewer than
---min-distinct distinct ids. Writes one JSON line per (track, precision) to --json.
+deviations of chance (regret_bound). A track that raises (a compiler's error, say) fails in one line and the next
+track runs. Exit 1 when one fails, or when the reference's ids hold fewer than --min-distinct distinct
+ids. Writes one JSON line per (track, precision) that ran to --json.
 """
 
 import argparse
 import json
 import statistics
 import sys
+import traceback
 from pathlib import Path
 
 import torch
@@ -116,6 +118,21 @@ def verdict(row: dict, hf_row: dict) -> str:
             f"{hf_row['same_context_regret']:.3g} over {hf_row['same_context_flips']})")
 
 
+def one_line(error: Exception) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    return f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+
+
+def run_track(track: str, cfg, weights, precision, inputs, forced, prompt_len: int, args):
+    """One folder:path on the run's weights: its prefill logits, its logits on the forced ids from the
+    prompt's last position on, and its greedy ids."""
+    folder, _, path = track.partition(":")
+    model = import_track(folder, path or None, args.device).load_model(cfg, weights, args.device, precision)
+    logits = model.prefill_logits(inputs).float()
+    track_forced = model.prefill_logits(forced)[0, prompt_len - 1:]
+    return logits, track_forced, model.generate(inputs, args.tokens, args.tokens)[0]
+
+
 @torch.no_grad()
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -152,7 +169,7 @@ def main():
     print(f"transformers fp32 (reference): {args.tokens} tokens, {distinct} distinct ids; top-2 logit gap "
           f"min {min(gaps):.3g}, median {statistics.median(gaps):.3g}; ids {ref_ids}", flush=True)
     reference = (ref_ids, ref_logits, ref_scores, gaps, hf32, feed32)
-    rows = []
+    rows, crashed = [], []  # crashed: the runs that raised, which have no row
     for precision_name in args.precisions.split(","):
         precision = PRECISIONS[precision_name]
         run_weights = {k: v.to(precision.dtype) for k, v in weights.items()}
@@ -175,14 +192,16 @@ def main():
         if hf is not hf32:
             del hf
         for track in args.tracks.split(","):
-            folder, _, path = track.partition(":")
-            model = import_track(folder, path or None, args.device).load_model(cfg, run_weights, args.device,
-                                                                                precision)
-            logits = model.prefill_logits(inputs).float()
-            track_forced = model.prefill_logits(forced)[0, prompt_len - 1:]
-            ids = model.generate(inputs, args.tokens, args.tokens)[0]
-            del model
-            torch.cuda.empty_cache()
+            try:
+                logits, track_forced, ids = run_track(track, cfg, run_weights, precision, inputs, forced, prompt_len,
+                                                      args)
+            except Exception as e:  # one line, and the next track runs (a compiler's traceback fills pages)
+                traceback.print_exc(limit=-3)
+                crashed.append(f"{track} {precision_name} ({one_line(e)})")
+                print(f"[{precision_name}] {track}: FAIL ({one_line(e)})", flush=True)
+                continue
+            finally:
+                torch.cuda.empty_cache()
             with torch_matmul_precision(fp32):
                 rows.append(compare(track, precision_name, ids, logits, reference, args.device, args.tokens))
             rows[-1]["same_context_regret"], rows[-1]["same_context_flips"] = same_context_regret(track_forced,
@@ -193,7 +212,7 @@ def main():
         torch.cuda.empty_cache()
     if args.json:
         Path(args.json).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    failed = [f"{r['track']} {r['precision']}" for r in rows if r.get("verdict", "PASS").startswith("FAIL")]
+    failed = [f"{r['track']} {r['precision']}" for r in rows if r.get("verdict", "PASS").startswith("FAIL")] + crashed
     if distinct < args.min_distinct:
         print(f"FAIL: the reference's {args.tokens} greedy ids hold {distinct} distinct ids (< {args.min_distinct}): "
               "the random weights do not exercise the decode path")
