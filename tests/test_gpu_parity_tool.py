@@ -39,7 +39,7 @@ def test_regret_verdicts_of_a_recorded_h200_run():
     """The TF32 / bf16 verdicts of gpu_parity, from the rows of the H200 run of 2026-11-26 (full-size random weights):
     plain PyTorch's bf16 (61.6 over 11 flips beside transformers' own 55.6 over 10) is within chance and passes;
     the Triton course path's 104 over 14 and the Triton paths' TF32 in attention (1.62, 3.14 against 0.322) fail."""
-    import gpu_parity
+    from glm_asr_lab.gpu import parity as gpu_parity
 
     path = os.path.join(REPO, "docs", "gpu_runs", "2026-11-26-h200-regret", "parity_regret.jsonl")
     rows = [json.loads(line) for line in open(path)]
