@@ -12,7 +12,7 @@ import torch
 
 from glm_asr_course.kernels import todo_kernels
 from glm_asr_course.model.audio import SAMPLE_RATE, load_audio
-from glm_asr_course.model.checkpoint import DEFAULT_MODEL, HubUnavailable
+from glm_asr_course.model.checkpoint import DEFAULT_MODEL, TINY_MODEL, HubUnavailable
 from glm_asr_course.errors import UserError
 from glm_asr_course.timer import time_call
 from glm_asr_course.model.frontend import ASRInputs, prepare_inputs
@@ -51,7 +51,9 @@ non_negative_int = int_at_least(0)
 def add_common_args(parser: argparse.ArgumentParser, runs_default: int):
     parser.add_argument("--audio", default=str(DEFAULT_AUDIO), help="audio file (wav/flac/ogg, any rate/channels)")
     parser.add_argument("--expected", help="expected transcription (default: test_audio.txt for the default audio)")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id or local checkpoint directory")
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help="hub id, local checkpoint directory, or tiny: a tiny random checkpoint, built once "
+                             "and cached (~/.cache/glm_asr or $GLM_ASR_CACHE), that runs on a CPU in seconds")
     parser.add_argument("--random-weights", action="store_true",
                         help="full-size seeded random weights, no download (meaningless text: the run is checked "
                              "by its ids against transformers' fp32 instead)")
@@ -176,8 +178,8 @@ def parameter_count(cfg) -> int:
 
 
 def tiny_route(folder: str) -> str:
-    """The two commands that run ``folder``'s kernels on any machine, offline: a tiny random checkpoint."""
-    return f"python -m glm_asr_course.reference.tiny_checkpoint /tmp/tiny && ./benchmark.sh {folder} --model /tmp/tiny"
+    """The command that runs ``folder``'s kernels on any machine, offline: a tiny random checkpoint."""
+    return f"./benchmark.sh {folder} --model {TINY_MODEL}"
 
 
 def route_without_hub(folder: str, device: str) -> str:

@@ -1,8 +1,9 @@
 """README's quick start on a machine without a GPU or the hub, as a newcomer types it.
 
 The first command, `./benchmark.sh glm_asr_triton_example`, cannot reach the hub: its one error line
-names the route that works on a CPU, README's two tiny-checkpoint commands, and those two commands
-run and end with the verdict on random weights. `./benchmark.sh glm_asr_triton_example --device cpu
+names the route that works on a CPU, `./benchmark.sh glm_asr_triton_example --model tiny`, and that
+command runs from a fresh shell (no PYTHONPATH, no TRITON_INTERPRET, an empty cache: it builds the tiny
+checkpoint) and ends with the verdict on random weights. `./benchmark.sh glm_asr_triton_example --device cpu
 --random-weights` would run the full-size model in the Triton interpreter for hours: it is refused
 in one line that names the same route, before any weight is made. The PyTorch track and the tiny
 checkpoints pass the same check.
@@ -23,13 +24,20 @@ from glm_asr_course.errors import UserError
 from glm_asr_course.tracks import open_checkpoint
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TINY_ROUTE = ("python -m glm_asr_course.reference.tiny_checkpoint /tmp/tiny && "
-              "./benchmark.sh glm_asr_triton_example --model /tmp/tiny")
+TINY_ROUTE = "./benchmark.sh glm_asr_triton_example --model tiny"
+
+
+def fresh_shell(**env) -> dict:
+    """The environment of a new terminal: none of the variables a test run or an activated venv sets,
+    except VIRTUAL_ENV where the checkout has no .venv of its own (a worktree of a checkout that has one)."""
+    fresh = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET", "GLM_ASR_CUTILE")}
+    if (REPO_ROOT / ".venv").is_dir():
+        fresh.pop("VIRTUAL_ENV", None)
+    return dict(fresh, **env)
 
 
 def run(command: list[str], **env) -> subprocess.CompletedProcess:
-    return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, **env))
+    return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=fresh_shell(**env))
 
 
 def test_full_size_in_the_interpreter_is_refused_in_one_line():
@@ -54,13 +62,14 @@ def test_the_first_command_offline_on_a_cpu_names_the_route_that_works(tmp_path)
 
 
 def test_the_tiny_route_runs_and_checks_its_ids(tmp_path):
-    """README's two commands, with the checkpoint in a folder of this test."""
-    first, second = TINY_ROUTE.replace("/tmp/tiny", str(tmp_path / "tiny")).split(" && ")
-    assert run(first.split()).returncode == 0
-    done = run(second.split() + ["--device", "cpu"])
+    """The one command, from a fresh shell, with the cache in a folder of this test: it builds the tiny
+    checkpoint there first."""
+    done = run(TINY_ROUTE.split() + ["--device", "cpu"], GLM_ASR_CACHE=str(tmp_path / "cache"))
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("CPU defaults: 5 new tokens, no warm-up, 1 run")
+    built = list((tmp_path / "cache").glob("tiny-random-seed0-*"))
+    assert len(built) == 1 and lines[0] == f"Building the tiny random checkpoint in {built[0]} (once)"
+    assert lines[1].startswith("CPU defaults: 5 new tokens, no warm-up, 1 run")
     assert lines[-2:] == ["Status: NOT CHECKED (random weights)", "ids equal transformers' fp32: yes (5 tokens)"]
 
 
