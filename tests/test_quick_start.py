@@ -91,3 +91,42 @@ def test_only_interpreted_full_size_runs_are_refused(folder, path, model, random
             refuse_interpreted_full_size(args, folder, path)
     else:
         refuse_interpreted_full_size(args, folder, path)
+
+
+def test_self_check_runs_the_chosen_files_in_turn_from_a_fresh_shell():
+    done = run(["./benchmark.sh", "glm_asr_triton_example", "--self-check", "gelu_kernel", "fast_rope.py"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if line.startswith("== ")] == [
+        "== python glm_asr_triton_example/layers.py gelu_kernel", "== python -m glm_asr_triton_example.fast_rope"]
+    assert lines[-4:] == ["Self-checks of glm_asr_triton_example:",
+                          "  layers.py            PASS  4 passed, 0 failed, 0 TODO",
+                          "  fast_rope.py         PASS  1 passed, 0 failed, 0 TODO",
+                          "2 of 2 files passed"]
+
+
+def test_self_check_of_a_template_exits_1_on_its_todo_kernels():
+    done = run(["./benchmark.sh", "glm_asr_triton_template", "--self-check", "silu_kernel"])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-3:] == ["Self-checks of glm_asr_triton_template:",
+                                             "  layers.py            TODO  0 passed, 0 failed, 4 TODO",
+                                             "0 of 1 files passed; 1 did not: exit 1"]
+
+
+def test_self_check_of_an_unknown_kernel_is_one_line_exit_2():
+    done = run(["./benchmark.sh", "glm_asr_triton_example", "--self-check", "flash_kernel"])
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: --self-check: flash_kernel is neither a kernel nor a kernel file of "
+                                  "glm_asr_triton_example; kernels: apply_rope_kernel, "), done.stderr
+
+
+def test_self_check_commands_cover_every_kernel_file():
+    from glm_asr_course.kernels.self_check import folder_commands
+
+    commands = {file: command[1:] for file, command in folder_commands("glm_asr_triton_example")}
+    assert list(commands) == ["layers.py", "attention.py", "rope.py", "glue.py", "conv.py", "fast_attention.py",
+                              "fast_head.py", "fast_linear.py", "fast_rope.py"]
+    assert commands["rope.py"] == ["glm_asr_triton_example/rope.py"]
+    assert commands["fast_head.py"] == ["-m", "glm_asr_triton_example.fast_head"]
+    assert [file for file, _ in folder_commands("glm_asr_triton_template")] == [
+        "layers.py", "attention.py", "rope.py", "glue.py", "conv.py"]
