@@ -86,7 +86,7 @@ def main(argv) -> int:
     print("=" * 60)
     print(f"Ran: {session.folder.rstrip('/')}, {session.path} path, precision {session.precision.name}, "
           f"{session.device}")
-    print(f"Time: {mean:.1f}ms (+/- {std:.1f}ms)")
+    print(f"Time: {mean:.1f}ms" + (f" (+/- {std:.1f}ms over {len(runs)} runs)" if len(runs) > 1 else " (1 run)"))
     print(f"Tokens: {len(tokens)}")
     print(f"Speed: {mean / max(len(tokens), 1):.2f}ms/token")
     print(f"Transcription: {text}")

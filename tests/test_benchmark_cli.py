@@ -61,6 +61,7 @@ def test_full_run_prints_course_format_and_writes_json(unmarked_ckpt, tmp_path, 
                  "Tokens: 6", "Speed: ", "Transcription: ", "Accuracy: ",
                  "Status: FAIL - Transcription does not match expected"]:
         assert line in out, line
+    assert re.search(r"^Time: \d+\.\dms \(\+/- \d+\.\dms over 2 runs\)$", out, re.MULTILINE), out
     data = json.loads(out_json.read_text())
     assert set(data) >= {"folder", "model", "dtype", "device", "audio_seconds", "runs_ms", "mean_ms", "std_ms",
                          "tokens", "ms_per_token", "token_ids", "transcription", "expected", "wer", "accuracy",

@@ -11,6 +11,7 @@ checkpoints pass the same check.
 
 import argparse
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -70,6 +71,7 @@ def test_the_tiny_route_runs_and_checks_its_ids(tmp_path):
     built = list((tmp_path / "cache").glob("tiny-random-seed0-*"))
     assert len(built) == 1 and lines[0] == f"Building the tiny random checkpoint in {built[0]} (once)"
     assert lines[1].startswith("CPU defaults: 5 new tokens, no warm-up, 1 run")
+    assert re.fullmatch(r"Time: \d+\.\dms \(1 run\)", next(x for x in lines if x.startswith("Time: ")))  # no spread
     assert lines[-2:] == ["Status: NOT CHECKED (random weights)", "ids equal transformers' fp32: yes (5 tokens)"]
 
 

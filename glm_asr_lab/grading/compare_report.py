@@ -207,8 +207,14 @@ def assemble_report(header: dict, student: dict, student_kernels, kernels: list[
 # ---------------------------------------------------------------------------------------------
 
 
-def _us(value) -> str:
-    return "-" if value is None else (f"{value / 1000:.1f} ms" if value >= 10_000 else f"{value:.1f} us")
+def time_unit(values) -> tuple[str, float]:
+    """One unit for a table's columns of µs values, and its factor: ms where one reaches 10 ms, else us."""
+    known = [v for v in values if v is not None]
+    return ("ms", 1e-3) if known and max(known) >= 10_000 else ("us", 1.0)
+
+
+def _in_unit(value, factor: float) -> str:
+    return "-" if value is None else f"{value * factor:.1f}"
 
 
 def _err(row) -> str:
@@ -232,18 +238,21 @@ def pipe_table(headers: list[str], rows: list[list]) -> str:
 
 
 def kernel_table(report: dict) -> str:
-    return pipe_table(["file", "kernel", "guards against", "shape", "status", "error / limit", "time", "solution",
-                       "student / solution"],
-                      [[r["file"], f"`{r['kernel']}`", r["guards"], r["shape"], r["status"], _err(r), _us(r["time_us"]),
-                        _us(r["solution_time_us"]), "-" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"]
+    unit, factor = time_unit([r[k] for r in report["kernels"] for k in ("time_us", "solution_time_us")])
+    return pipe_table(["file", "kernel", "guards against", "shape", "status", "error / limit", f"time ({unit})",
+                       f"solution ({unit})", "student / solution"],
+                      [[r["file"], f"`{r['kernel']}`", r["guards"], r["shape"], r["status"], _err(r),
+                        _in_unit(r["time_us"], factor), _in_unit(r["solution_time_us"], factor),
+                        "-" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"]
                        for r in report["kernels"]])
 
 
 def e2e_table(report: dict) -> str:
     same = {None: "-", True: "yes", False: "**no**"}
-    return pipe_table(["run", "what", "time", "ms/token", "tokens", f"ids = {report['reference_label'] or 'reference'}",
-                       "TFLOP/s", "GB/s", "floor / time"],
-                      [[r["label"], r["what"], f"{r['mean_ms']:.1f} ± {r['std_ms']:.1f} ms",
+    return pipe_table(["run", "what", "time (ms)", "ms/token", "tokens",
+                       f"ids = {report['reference_label'] or 'reference'}", "TFLOP/s", "GB/s", "floor / time"],
+                      [[r["label"], r["what"],
+                        f"{r['mean_ms']:.1f}" + (f" ± {r['std_ms']:.1f}" if len(r["runs_ms"]) > 1 else ""),
                         f"{r['ms_per_token']:.2f}", r["tokens"], same[r["ids_equal_reference"]], f"{r['tflops']:.3g}",
                         f"{r['gbps']:.3g}", f"{r['floor_fraction'] * 100:.2g} %"] for r in report["end_to_end"]])
 
