@@ -407,3 +407,30 @@ def test_missing_shard(tiny_ckpt_sharded_bf16, tmp_path, capsys):
     shard = sorted(target.glob("model-*.safetensors"))[1]
     shard.unlink()
     assert_usage_error(["glm_asr_scratch", "--model", str(target)], capsys, "missing", shard.name)
+
+
+@pytest.mark.parametrize("old_config", [False, True], ids=["new-config", "old-config"])
+def test_a_checkpoint_in_the_format_before_2025_12_27_is_refused_naming_the_download(broken_ckpt, capsys,
+                                                                                      old_config):
+    """The publishers' earlier names: audio_encoder.whisper.*, audio_encoder.adapting.*,
+    audio_encoder.audio_bos_eos_token, model.*, lm_head.*; their config.json had no audio_config."""
+    from glm_asr_course.model.checkpoint import canonical_name
+
+    old_prefixes = {"encoder.": "audio_encoder.whisper.", "projector.": "audio_encoder.adapting.",
+                    "decoder.": "model.", "lm_head.": "lm_head."}
+
+    def rename(tensors):
+        for stored in list(tensors):
+            canonical = canonical_name(stored)
+            prefix = next(p for p in old_prefixes if canonical.startswith(p))
+            tensors[old_prefixes[prefix] + canonical[len(prefix):]] = tensors.pop(stored)
+        tensors["audio_encoder.audio_bos_eos_token.weight"] = torch.zeros(2, 64)
+
+    target = broken_ckpt(rename)
+    if old_config:
+        config = json.loads((target / "config.json").read_text())
+        config["whisper_config"], config["lm_config"] = config.pop("audio_config"), config.pop("text_config")
+        (target / "config.json").write_text(json.dumps(config))
+    assert_usage_error(["glm_asr_scratch", "--model", str(target), "--device", "cpu"], capsys,
+                       f"{target} is GLM-ASR-Nano-2512 in the weight format its publishers replaced on 2025-12-27",
+                       "download the current one with `hf download zai-org/GLM-ASR-Nano-2512`")
