@@ -4,13 +4,14 @@ import argparse
 import gc
 import json
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from glm_asr_course.kernels import todo_kernels
+from glm_asr_course.model import regions
 from glm_asr_course.model.audio import SAMPLE_RATE, load_audio
 from glm_asr_course.model.checkpoint import DEFAULT_MODEL, TINY_MODEL, HubUnavailable
 from glm_asr_course.errors import UserError
@@ -333,15 +334,41 @@ def timed_generate(model, inputs: ASRInputs, args, device: str, on_token=None) -
     return ms, rows[0]
 
 
-def _token_counter():
-    """An on_token callback that prints how many tokens exist so far ("token 1 2 3"), as they come."""
-    count = 0
+class _CpuProgress:
+    """What a CPU run has done so far, printed as it happens: the prompt phase's layers (regions
+    encoder.layer and decoder.layer, seen through regions.set_timer), then the tokens as they come:
+    "encoder layer 1 2, prefill layer 1 2, token 1 2 3". A course path spends seconds a layer in the
+    interpreter before its first token. On a CPU only, so GPU timings never carry it."""
 
-    def on_token(_new_ids):
-        nonlocal count
-        count += 1
-        print("token 1" if count == 1 else f" {count}", end="", flush=True)
-    return on_token
+    LABELS = {"encoder.layer": "encoder layer", "decoder.layer": "prefill layer"}
+
+    def __init__(self):
+        self.shown, self.number, self.tokens = None, 0, 0
+
+    def enter(self, name: str):
+        return name
+
+    def exit(self, name: str):
+        if self.tokens == 0 and name in self.LABELS:
+            self._count(self.LABELS[name])
+
+    def __call__(self, _new_ids):  # on_token
+        self._count("token")
+        self.tokens += 1
+
+    def _count(self, label: str):
+        self.number = self.number + 1 if label == self.shown else 1
+        lead = "" if self.shown is None else " " if label == self.shown else ", "
+        print(f"{lead}{label} 1" if self.number == 1 else f" {self.number}", end="", flush=True)
+        self.shown = label
+
+    @contextmanager
+    def shown_while(self):
+        regions.set_timer(self)
+        try:
+            yield
+        finally:
+            regions.set_timer(None)
 
 
 def time_runs(model, inputs: ASRInputs, args, device: str, streams_tokens: bool = True) -> tuple[list[float], list[int]]:
@@ -352,8 +379,9 @@ def time_runs(model, inputs: ASRInputs, args, device: str, streams_tokens: bool 
     for label, count in (("Warmup", args.warmup), ("Run", args.runs)):
         for i in range(count):
             print(f"  {label} {i + 1}: ", end="", flush=True)
-            counter = _token_counter() if device == "cpu" and streams_tokens else None
-            ms, tokens = timed_generate(model, inputs, args, device, counter)
+            counter = _CpuProgress() if device == "cpu" and streams_tokens else None
+            with counter.shown_while() if counter else nullcontext():
+                ms, tokens = timed_generate(model, inputs, args, device, counter)
             print(f"{' -> ' if counter else ''}{ms:.1f}ms ({len(tokens)} tokens)")
             if label == "Run":
                 runs.append(ms)

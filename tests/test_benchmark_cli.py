@@ -62,6 +62,9 @@ def test_full_run_prints_course_format_and_writes_json(unmarked_ckpt, tmp_path, 
                  "Status: FAIL - Transcription does not match expected"]:
         assert line in out, line
     assert re.search(r"^Time: \d+\.\dms \(\+/- \d+\.\dms over 2 runs\)$", out, re.MULTILINE), out
+    for run in (1, 2):  # a CPU run shows the prompt phase's layers before its first token, then the tokens
+        assert re.search(rf"^  Run {run}: encoder layer 1 2, prefill layer 1 2, token 1 2 3 4 5 6 -> \d+\.\dms "
+                         r"\(6 tokens\)$", out, re.MULTILINE), out
     data = json.loads(out_json.read_text())
     assert set(data) >= {"folder", "model", "dtype", "device", "audio_seconds", "runs_ms", "mean_ms", "std_ms",
                          "tokens", "ms_per_token", "token_ids", "transcription", "expected", "wer", "accuracy",
@@ -155,7 +158,8 @@ def test_cpu_defaults_are_few_tokens_one_run_and_say_so(tiny_ckpt, capsys):
     assert out.splitlines()[0] == ("CPU defaults: 5 new tokens, no warm-up, 1 run; pass "
                                    "--max-new-tokens/--warmup/--runs to change")
     assert "Warmup" not in out and "  Run 2: " not in out
-    assert re.search(r"^  Run 1: token 1 2 3 4 5 -> [\d.]+ms \(5 tokens\)$", out, re.M), out
+    assert re.search(r"^  Run 1: encoder layer 1 2, prefill layer 1 2, token 1 2 3 4 5 -> [\d.]+ms \(5 tokens\)$",
+                     out, re.M), out
     # An option given wins, and the header names only the defaults still taken.
     code, out, _ = run_main(["glm_asr_scratch", "--model", str(tiny_ckpt), "--device", "cpu", "--runs", "2"], capsys)
     assert out.splitlines()[0] == "CPU defaults: 5 new tokens, no warm-up; pass --max-new-tokens/--warmup to change"

@@ -12,6 +12,7 @@ end-to-end verdict naming the TODO kernel that stopped it, exit 2.
 
 import importlib
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -68,6 +69,10 @@ def test_compare_report_follows_the_students_kernels(student_folder, tiny_ckpt, 
     k = report["first_difference_at_token"]
     assert 1 <= k <= 3 and report["verdict"].startswith(f"ids equal transformers' fp32: no (first difference at token {k}: ")
     assert f"Status: NOT CHECKED (random weights)\n{report['verdict']}\n" in out
+    for folder in (student_folder, "glm_asr_triton_example"):  # the self-check phase's progress, a line a file
+        for stem in ("layers", "attention", "rope"):
+            assert re.search(rf"^\[compare\]   {folder}/{stem}\.py: \d+ PASS", out, re.MULTILINE), out
+    assert "RuntimeWarning" not in err, err
     assert f"End to end (course path): {report['verdict']}\nCourse kernels (every case of their self-checks): {len(STUDENT_KERNELS) - 1} pass, 1 fail, " \
            "0 to write, 0 on the example's kernel." in out
 

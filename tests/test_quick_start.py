@@ -13,6 +13,7 @@ import argparse
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,8 @@ def test_the_tiny_route_runs_and_checks_its_ids(tmp_path):
     assert len(built) == 1 and lines[0] == f"Building the tiny random checkpoint in {built[0]} (once)"
     assert lines[1].startswith("CPU defaults: 5 new tokens, no warm-up, 1 run")
     assert re.fullmatch(r"Time: \d+\.\dms \(1 run\)", next(x for x in lines if x.startswith("Time: ")))  # no spread
+    assert next(x for x in lines if x.startswith("  Run 1: ")).startswith(
+        "  Run 1: encoder layer 1 2, prefill layer 1 2, token 1 2 3 4 5 -> ")  # progress before the first token
     assert lines[-2:] == ["Status: NOT CHECKED (random weights)", "ids equal transformers' fp32: yes (5 tokens)"]
 
 
@@ -132,3 +135,12 @@ def test_self_check_commands_cover_every_kernel_file():
     assert commands["fast_head.py"] == ["-m", "glm_asr_triton_example.fast_head"]
     assert [file for file, _ in folder_commands("glm_asr_triton_template")] == [
         "layers.py", "attention.py", "rope.py", "glue.py", "conv.py"]
+
+
+def test_the_quiet_suite_names_each_slow_test_as_it_starts():
+    """utils/test.sh runs pytest -q: a slow module's test prints its name before its dot (tests/conftest.py)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                           "commands_cover_every_kernel_file"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout
+    assert "\ntests/test_quick_start.py::test_self_check_commands_cover_every_kernel_file ." in "\n" + done.stdout

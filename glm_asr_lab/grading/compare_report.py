@@ -63,16 +63,20 @@ def solution_folder(folder: str, requested: str | None) -> str:
     raise UserError(f"--compare: no solution folder for {folder}; name one with --solution FOLDER")
 
 
-def kernel_rows(folder: str | self_check.Track, kernels=None) -> list[dict]:
+def kernel_rows(folder: str | self_check.Track, kernels=None, log=None) -> list[dict]:
     """Every case of the folder's course kernels (glm_asr_course.kernels.kernel_cases), or of ``kernels``
     only, run quietly as the kernel files' self-checks run them; one dict per row, with its file.
-    ``folder``: a track folder's name, or its self_check.Track."""
+    ``folder``: a track folder's name, or its self_check.Track. ``log``: told each file's counts as it ends
+    (in an interpreter a file takes seconds)."""
     track = self_check.load_track(folder) if isinstance(folder, str) else folder
     rows = []
     for stem in ("layers", "attention", "rope"):
         with self_check.recording_checks(), contextlib.redirect_stdout(io.StringIO()):
             check = self_check.run_cases(track, stem, kernels)
         rows += [dict(asdict(row), file=f"{stem}.py") for row in check.rows]
+        if log is not None:
+            counts = ", ".join(f"{n} {status}" for status, n in check.counts.items() if n)
+            log(f"[compare]   {track.package}/{stem}.py: {counts or 'no rows'}")
     return rows
 
 
@@ -135,12 +139,12 @@ def compare(session, args, student: dict, log=print) -> dict:
     solution = solution_folder(folder, getattr(args, "solution", None))
     log(f"[compare] kernel self-checks: {folder} against {solution}")
     kernels = self_check.load_track(folder).student_kernels
-    student_kernels = kernel_rows(folder)
+    student_kernels = kernel_rows(folder, log=log)
     # The solution's rows must not run on reference substitutions meant for the student's folder.
     allowed = set(todo_kernels.ALLOWED_REFERENCES)
     todo_kernels.ALLOWED_REFERENCES.clear()
     try:
-        solution_kernels = kernel_rows(solution)
+        solution_kernels = kernel_rows(solution, log=log)
     finally:
         todo_kernels.ALLOWED_REFERENCES.update(allowed)
     rows = [e2e_row("student", f"{folder} ({session.path} path)", student["runs_ms"], student["token_ids"])
