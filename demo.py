@@ -27,13 +27,14 @@ import torch
 from glm_asr_course.kernels import todo_kernels
 from glm_asr_course.timer import time_call
 from glm_asr_course.model.audio import AUDIO_EXTENSIONS, Audio, read_audio
-from glm_asr_course.model.checkpoint import DEFAULT_MODEL, TINY_MODEL, HubUnavailable, default_config_dict
+from glm_asr_course.model.checkpoint import DEFAULT_MODEL, HubUnavailable, default_config_dict
 from glm_asr_course.command_line import (CPU_RUN_DEFAULTS, GPU_RUN_DEFAULTS, INTERPRETED_MAX_PARAMETERS, cpu_kernel_runner,
                                  folder_student_kernels, parameter_count)
 from glm_asr_course.model.config import ModelConfig
 from glm_asr_course.errors import UserError
 from glm_asr_course.model.frontend import check_audio_length, decode, prepare_inputs
 from glm_asr_course.model.precision import DEFAULT_PRECISION, PRECISIONS
+from glm_asr_course.reference.tiny_checkpoint import TINY_MODEL, model_or_tiny
 from glm_asr_course.tracks import (REPO_ROOT, Checkpoint, import_track, open_checkpoint, path_summary,
                                     track_folders, track_paths, use_device)
 
@@ -106,14 +107,14 @@ def page_message(error: UserError) -> str:
 def load_checkpoint(choice: str, model: str, dtype_name: str) -> Checkpoint:
     dtype = getattr(torch, dtype_name)
     if choice == TINY_RANDOM:
-        checkpoint = open_checkpoint(TINY_MODEL, dtype)
+        checkpoint = open_checkpoint(model_or_tiny(TINY_MODEL), dtype)
         checkpoint.description = f"tiny random weights ({checkpoint.description})"
         return checkpoint
     if choice == FULL_RANDOM:
         return open_checkpoint(DEFAULT_MODEL, dtype, random_weights=True)
     if choice == OTHER_MODEL:
         check_model_field(model)
-    return open_checkpoint(model, dtype)
+    return open_checkpoint(model_or_tiny(model), dtype)
 
 
 def check_model_field(model: str):

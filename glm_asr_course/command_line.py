@@ -13,11 +13,12 @@ import torch
 from glm_asr_course.kernels import todo_kernels
 from glm_asr_course.model import regions
 from glm_asr_course.model.audio import SAMPLE_RATE, load_audio
-from glm_asr_course.model.checkpoint import DEFAULT_MODEL, TINY_MODEL, HubUnavailable
+from glm_asr_course.model.checkpoint import DEFAULT_MODEL, HubUnavailable
 from glm_asr_course.errors import UserError
 from glm_asr_course.timer import time_call
 from glm_asr_course.model.frontend import ASRInputs, prepare_inputs
 from glm_asr_course.model.precision import PRECISIONS, Precision, from_options
+from glm_asr_course.reference.tiny_checkpoint import TINY_MODEL, model_or_tiny
 from glm_asr_course.tracks import (PATH_MODULES, REPO_ROOT, Checkpoint, import_folder, import_track, open_checkpoint, path_summary, resolve_path,
                       track_name, use_device)
 
@@ -278,6 +279,7 @@ def prepare_session(args, folder: str, log=print) -> Session:
     todo_kernels.allow_references(getattr(args, "allow_reference", None), folder_student_kernels(name), name)
     precision = from_options(args.precision, args.dtype, device)
     use_device(device)  # before anything imports Triton (transformers' processor can)
+    args.model = model_or_tiny(args.model, log=log)  # building it imports transformers: after use_device
     if device == "cpu":
         with naming_the_route(name, device):
             refuse_interpreted_full_size(args, name, path)

@@ -21,9 +21,6 @@ from glm_asr_course.model.config import ModelConfig
 from glm_asr_course.errors import UserError
 
 DEFAULT_MODEL = "zai-org/GLM-ASR-Nano-2512"
-# --model's name of the tiny random checkpoint (glm_asr_course/reference/tiny_checkpoint.py), built on first
-# use and cached: the route that needs no GPU and no download.
-TINY_MODEL = "tiny"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 # Stored layouts seen in the wild, each mapped onto the canonical prefix. The hub checkpoint uses the
@@ -139,12 +136,7 @@ class HubUnavailable(UserError):
 
 
 def resolve_model_dir(model: str, *, need_weights: bool = True) -> Path:
-    """A local directory as given, the tiny checkpoint for TINY_MODEL (built on first use), or a hub id
-    downloaded (or found in the cache) by huggingface_hub."""
-    if model == TINY_MODEL:
-        from glm_asr_course.reference.tiny_checkpoint import cached_tiny_checkpoint
-
-        return cached_tiny_checkpoint(log=print)
+    """A local directory as given, or a hub id downloaded (or found in the cache) by huggingface_hub."""
     path = Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -298,9 +290,7 @@ def default_config_dict() -> dict:
 
 
 def local_model_dir(model: str) -> Path | None:
-    """The model's directory if it is local, the tiny checkpoint, or already in the hub cache; never downloads."""
-    if model == TINY_MODEL:
-        return resolve_model_dir(model)
+    """The model's directory if it is local or already in the hub cache; never downloads."""
     if Path(model).expanduser().is_dir():
         return Path(model).expanduser()
     if model.count("/") == 1:

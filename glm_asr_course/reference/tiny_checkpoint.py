@@ -460,6 +460,16 @@ def cache_root() -> pathlib.Path:
     return pathlib.Path(base) / "glm_asr"
 
 
+# The name that stands for the cached tiny checkpoint where a checkpoint is asked for (--model tiny, the
+# demo's field): the route that needs no GPU and no download.
+TINY_MODEL = "tiny"
+
+
+def model_or_tiny(model: str, log=None) -> str:
+    """``model`` as given, or for TINY_MODEL the cached tiny checkpoint's directory (built on first use)."""
+    return str(cached_tiny_checkpoint(log=log)) if model == TINY_MODEL else model
+
+
 def cached_tiny_checkpoint(seed: int = 0, log=None) -> pathlib.Path:
     """The tiny checkpoint (one safetensors file, float32, untied) under ``cache_root()``, built on first use
     (``log``, when given, is told so: building takes about 10 s).
