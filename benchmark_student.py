@@ -3,6 +3,7 @@
 
     python benchmark_student.py glm_asr_triton_example [--precision bf16] [--path course] [--runs 3] [--json out.json]
     python benchmark_student.py glm_asr_triton_template --compare [--report DIR]     (the grader's report)
+    python benchmark_student.py glm_asr_triton_template --self-check [KERNEL|FILE ...]  (every kernel file's self-check)
 
 Timing covers one whole transcription (encoder, projector, prefill, every decode step), GPU-synchronised,
 after --warmup untimed runs; model load and feature extraction are reported on their own lines. On a
@@ -46,10 +47,17 @@ def main(argv) -> int:
     parser.add_argument("--report", metavar="DIR", help="--compare's report folder (default: reports/FOLDER)")
     parser.add_argument("--solution", metavar="FOLDER",
                         help="--compare against this folder (default: the example of the folder's kernel language)")
+    parser.add_argument("--self-check", nargs="*", metavar="KERNEL|FILE",
+                        help="instead of a transcription, run the self-check of every kernel file of the folder "
+                             "(or of the files holding these kernels, or these files) in turn; exit 1 unless all pass")
     args = parser.parse_args(argv)
     if args.folder is None:
         print("Available folders:\n  " + "\n  ".join(track_folders()))
         return 2
+    if args.self_check is not None:
+        from glm_asr_course.kernels.self_check import check_folder
+
+        return check_folder(args.folder, args.self_check)
     if (args.report or args.solution) and not args.compare:
         raise UserError("--report and --solution go with --compare")
     report_dir = args.report or str(Path("reports") / Path(args.folder.rstrip("/")).name)
@@ -79,7 +87,7 @@ def main(argv) -> int:
     print("=" * 60)
     print(f"Ran: {session.folder.rstrip('/')}, {session.path} path, precision {session.precision.name}, "
           f"{session.device}")
-    print(f"Time: {mean:.1f}ms (+/- {std:.1f}ms)")
+    print(f"Time: {mean:.1f}ms" + (f" (+/- {std:.1f}ms over {len(runs)} runs)" if len(runs) > 1 else " (1 run)"))
     print(f"Tokens: {len(tokens)}")
     print(f"Speed: {mean / max(len(tokens), 1):.2f}ms/token")
     print(f"Transcription: {text}")

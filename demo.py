@@ -1,6 +1,7 @@
 """The live demo: record or upload speech, transcribe it with a track's kernels, watch the text arrive.
 
     ./demo.sh                    (= streamlit run demo.py, on http://localhost:8501 only)
+    ./demo.sh --model tiny       (the page starts on the tiny random checkpoint; or a hub id, a directory)
 
 Transcribe mode runs one track (folder and path) and streams the transcript token by token with a
 card of timings; compare mode runs several tracks on the same clip and tables their times and whether
@@ -9,6 +10,7 @@ interpreter, cuTile's in the emulator (glm_asr_course.tracks picks them). The ch
 real model or random weights built here (tiny, or full size), so the page works offline too.
 """
 
+import argparse
 import io
 import math
 import re
@@ -32,9 +34,9 @@ from glm_asr_course.model.config import ModelConfig
 from glm_asr_course.errors import UserError
 from glm_asr_course.model.frontend import check_audio_length, decode, prepare_inputs
 from glm_asr_course.model.precision import DEFAULT_PRECISION, PRECISIONS
+from glm_asr_course.reference.tiny_checkpoint import TINY_MODEL, model_or_tiny
 from glm_asr_course.tracks import (REPO_ROOT, Checkpoint, import_track, open_checkpoint, path_summary,
                                     track_folders, track_paths, use_device)
-from glm_asr_course.reference.tiny_checkpoint import cached_tiny_checkpoint
 
 TEST_CLIP = REPO_ROOT / "test_audio.wav"
 
@@ -105,19 +107,21 @@ def page_message(error: UserError) -> str:
 def load_checkpoint(choice: str, model: str, dtype_name: str) -> Checkpoint:
     dtype = getattr(torch, dtype_name)
     if choice == TINY_RANDOM:
-        checkpoint = open_checkpoint(str(cached_tiny_checkpoint()), dtype)
+        checkpoint = open_checkpoint(model_or_tiny(TINY_MODEL), dtype)
         checkpoint.description = f"tiny random weights ({checkpoint.description})"
         return checkpoint
     if choice == FULL_RANDOM:
         return open_checkpoint(DEFAULT_MODEL, dtype, random_weights=True)
     if choice == OTHER_MODEL:
         check_model_field(model)
-    return open_checkpoint(model, dtype)
+    return open_checkpoint(model_or_tiny(model), dtype)
 
 
 def check_model_field(model: str):
     """The sidebar's "Hub id or directory", checked here so its errors speak of that field."""
     path = Path(model).expanduser()
+    if model == TINY_MODEL:
+        return
     if path.is_dir() and not (path / "config.json").is_file():
         raise UserError(f"“Hub id or directory”: {model} is a directory without a config.json, not a checkpoint")
     if not path.is_dir() and (model.startswith((".", "/", "~")) or model.count("/") != 1):
@@ -298,6 +302,19 @@ def show_run(run: Run, live_text=None):
         st.caption(" · ".join(notes))
 
 
+def startup_checkpoint(argv: list[str], device: str) -> tuple[str, str]:
+    """The checkpoint choice and model the sidebar starts on: ./demo.sh --model M (streamlit passes the
+    script its arguments after --), else the real model on a GPU and the tiny one on a CPU."""
+    parser = argparse.ArgumentParser(prog="./demo.sh", add_help=False)
+    parser.add_argument("--model")
+    model = parser.parse_known_args(argv)[0].model
+    if model is None:
+        return (REAL_MODEL if device == "cuda" else TINY_RANDOM), DEFAULT_MODEL
+    if model == TINY_MODEL:
+        return TINY_RANDOM, DEFAULT_MODEL
+    return (REAL_MODEL, model) if model == DEFAULT_MODEL else (OTHER_MODEL, model)
+
+
 def sidebar(device: str) -> dict:
     folders = track_folders()
     tracks = [f"{f}:{p}" for f in folders for p in track_paths(f)]
@@ -315,12 +332,14 @@ def sidebar(device: str) -> dict:
             preferred = [t for t in ("glm_asr_scratch:course", "glm_asr_triton_example:fast") if t in tracks]
             chosen = st.multiselect("Tracks", tracks, default=preferred or tracks[:2], key="tracks",
                                     format_func=track_label)
-        checkpoint = st.selectbox("Checkpoint", CHECKPOINTS, index=0 if device == "cuda" else 1, key="checkpoint",
+        first_choice, first_model = startup_checkpoint(sys.argv[1:], device)
+        checkpoint = st.selectbox("Checkpoint", CHECKPOINTS, index=CHECKPOINTS.index(first_choice), key="checkpoint",
                                   help="random weights need no download; they transcribe nothing meaningful, "
                                        "but every kernel runs and the timings are real")
         model = DEFAULT_MODEL
         if checkpoint == OTHER_MODEL:
-            model = st.text_input("Hub id or directory", DEFAULT_MODEL, key="model")
+            model = st.text_input("Hub id or directory", first_model, key="model",
+                                  help=f"{TINY_MODEL}: the tiny random checkpoint")
         precision = st.radio("Precision", list(PRECISIONS), index=list(PRECISIONS).index(DEFAULT_PRECISION[device]),
                              horizontal=True, key="precision",
                              help="; ".join(f"{p.name}: {p.description}" for p in PRECISIONS.values()))

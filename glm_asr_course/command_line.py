@@ -7,19 +7,21 @@ import argparse
 import gc
 import json
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
 
 from glm_asr_course.kernels import todo_kernels
+from glm_asr_course.model import regions
 from glm_asr_course.model.audio import SAMPLE_RATE, load_audio
 from glm_asr_course.model.checkpoint import DEFAULT_MODEL, HubUnavailable
 from glm_asr_course.errors import UserError
 from glm_asr_course.timer import time_call
 from glm_asr_course.model.frontend import ASRInputs, prepare_inputs
 from glm_asr_course.model.precision import PRECISIONS, Precision, from_options
+from glm_asr_course.reference.tiny_checkpoint import TINY_MODEL, model_or_tiny
 from glm_asr_course.tracks import (CPU_RUNNERS, PATH_MODULES, REPO_ROOT, Checkpoint, import_folder, import_track, kernel_language,
                                     open_checkpoint, path_summary, resolve_path, track_name, use_device)
 
@@ -54,7 +56,9 @@ non_negative_int = int_at_least(0)
 def add_common_args(parser: argparse.ArgumentParser, runs_default: int):
     parser.add_argument("--audio", default=str(DEFAULT_AUDIO), help="audio file (wav/flac/ogg, any rate/channels)")
     parser.add_argument("--expected", help="expected transcription (default: test_audio.txt for the default audio)")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id or local checkpoint directory")
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help="hub id, local checkpoint directory, or tiny: a tiny random checkpoint, built once "
+                             "and cached (~/.cache/glm_asr or $GLM_ASR_CACHE), that runs on a CPU in seconds")
     parser.add_argument("--random-weights", action="store_true",
                         help="full-size seeded random weights, no download (meaningless text: the run is checked "
                              "by its ids against transformers' fp32 instead)")
@@ -200,8 +204,8 @@ def parameter_count(cfg) -> int:
 
 
 def tiny_route(folder: str) -> str:
-    """The two commands that run ``folder``'s kernels on any machine, offline: a tiny random checkpoint."""
-    return f"python -m glm_asr_course.reference.tiny_checkpoint /tmp/tiny && ./benchmark.sh {folder} --model /tmp/tiny"
+    """The command that runs ``folder``'s kernels on any machine, offline: a tiny random checkpoint."""
+    return f"./benchmark.sh {folder} --model {TINY_MODEL}"
 
 
 def route_without_hub(folder: str, device: str) -> str:
@@ -302,6 +306,7 @@ def prepare_session(options: RunOptions, folder: str, log=print) -> Session:
     todo_kernels.use(references)
     precision = from_options(options.precision, options.dtype, device)
     use_device(device)  # before anything imports Triton (transformers' processor can)
+    options = replace(options, model=model_or_tiny(options.model, log=log))  # imports transformers: after use_device
     if device == "cpu":
         with naming_the_route(name, device):
             refuse_interpreted_full_size(options.model, options.random_weights, name, path)
@@ -358,15 +363,41 @@ def timed_generate(model, inputs: ASRInputs, options: RunOptions, device: str, o
     return ms, rows[0]
 
 
-def _token_counter():
-    """An on_token callback that prints how many tokens exist so far ("token 1 2 3"), as they come."""
-    count = 0
+class _CpuProgress:
+    """What a CPU run has done so far, printed as it happens: the prompt phase's layers (regions
+    encoder.layer and decoder.layer, seen through regions.set_timer), then the tokens as they come:
+    "encoder layer 1 2, prefill layer 1 2, token 1 2 3". A course path spends seconds a layer in the
+    interpreter before its first token. On a CPU only, so GPU timings never carry it."""
 
-    def on_token(_new_ids):
-        nonlocal count
-        count += 1
-        print("token 1" if count == 1 else f" {count}", end="", flush=True)
-    return on_token
+    LABELS = {"encoder.layer": "encoder layer", "decoder.layer": "prefill layer"}
+
+    def __init__(self):
+        self.shown, self.number, self.tokens = None, 0, 0
+
+    def enter(self, name: str):
+        return name
+
+    def exit(self, name: str):
+        if self.tokens == 0 and name in self.LABELS:
+            self._count(self.LABELS[name])
+
+    def __call__(self, _new_ids):  # on_token
+        self._count("token")
+        self.tokens += 1
+
+    def _count(self, label: str):
+        self.number = self.number + 1 if label == self.shown else 1
+        lead = "" if self.shown is None else " " if label == self.shown else ", "
+        print(f"{lead}{label} 1" if self.number == 1 else f" {self.number}", end="", flush=True)
+        self.shown = label
+
+    @contextmanager
+    def shown_while(self):
+        regions.set_timer(self)
+        try:
+            yield
+        finally:
+            regions.set_timer(None)
 
 
 def time_runs(model, inputs: ASRInputs, options: RunOptions, device: str,
@@ -378,8 +409,9 @@ def time_runs(model, inputs: ASRInputs, options: RunOptions, device: str,
     for label, count in (("Warmup", options.warmup), ("Run", options.runs)):
         for i in range(count):
             print(f"  {label} {i + 1}: ", end="", flush=True)
-            counter = _token_counter() if device == "cpu" and streams_tokens else None
-            ms, tokens = timed_generate(model, inputs, options, device, counter)
+            counter = _CpuProgress() if device == "cpu" and streams_tokens else None
+            with counter.shown_while() if counter else nullcontext():
+                ms, tokens = timed_generate(model, inputs, options, device, counter)
             print(f"{' -> ' if counter else ''}{ms:.1f}ms ({len(tokens)} tokens)")
             if label == "Run":
                 runs.append(ms)

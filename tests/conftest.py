@@ -40,8 +40,26 @@ SLOW_MODULES = {
 }
 
 
+@pytest.hookimpl(trylast=True)  # after the terminal reporter is registered
 def pytest_configure(config):
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        config.pluginmanager.register(SlowTestNames(reporter), "slow-test-names")
     config.addinivalue_line("markers", "slow: long-running test (deselect with -m 'not slow')")
+
+
+class SlowTestNames:
+    """In -q runs, a slow module's test names itself as it starts, then gets its dot: a test can take
+    minutes on a CPU, and a bare row of dots would leave the user guessing what runs (-v does this for
+    every test; the 369 kernel cases of the quick suite stay dots)."""
+
+    def __init__(self, reporter):
+        self.reporter = reporter
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        if self.reporter.verbosity <= 0 and pathlib.Path(location[0]).stem in SLOW_MODULES:
+            self.reporter.ensure_newline()
+            self.reporter.write(f"{nodeid} ", flush=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -61,6 +61,10 @@ def test_full_run_prints_course_format_and_writes_json(unmarked_ckpt, tmp_path, 
                  "Tokens: 6", "Speed: ", "Transcription: ", "Accuracy: ",
                  "Status: FAIL - Transcription does not match expected"]:
         assert line in out, line
+    assert re.search(r"^Time: \d+\.\dms \(\+/- \d+\.\dms over 2 runs\)$", out, re.MULTILINE), out
+    for run in (1, 2):  # a CPU run shows the prompt phase's layers before its first token, then the tokens
+        assert re.search(rf"^  Run {run}: encoder layer 1 2, prefill layer 1 2, token 1 2 3 4 5 6 -> \d+\.\dms "
+                         r"\(6 tokens\)$", out, re.MULTILINE), out
     data = json.loads(out_json.read_text())
     assert set(data) >= {"folder", "model", "dtype", "device", "audio_seconds", "runs_ms", "mean_ms", "std_ms",
                          "tokens", "ms_per_token", "token_ids", "transcription", "expected", "wer", "accuracy",
@@ -154,7 +158,8 @@ def test_cpu_defaults_are_few_tokens_one_run_and_say_so(tiny_ckpt, capsys):
     assert out.splitlines()[0] == ("CPU defaults: 5 new tokens, no warm-up, 1 run; pass "
                                    "--max-new-tokens/--warmup/--runs to change")
     assert "Warmup" not in out and "  Run 2: " not in out
-    assert re.search(r"^  Run 1: token 1 2 3 4 5 -> [\d.]+ms \(5 tokens\)$", out, re.M), out
+    assert re.search(r"^  Run 1: encoder layer 1 2, prefill layer 1 2, token 1 2 3 4 5 -> [\d.]+ms \(5 tokens\)$",
+                     out, re.M), out
     # An option given wins, and the header names only the defaults still taken.
     code, out, _ = run_main(["glm_asr_scratch", "--model", str(tiny_ckpt), "--device", "cpu", "--runs", "2"], capsys)
     assert out.splitlines()[0] == "CPU defaults: 5 new tokens, no warm-up; pass --max-new-tokens/--warmup to change"
@@ -279,8 +284,7 @@ def test_hub_id_offline_and_not_cached_names_the_cpu_route(tmp_path, capsys, mon
     monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     assert_usage_error(["glm_asr_scratch", "--model", "zai-org/GLM-ASR-Nano-2512", "--device", "cpu"], capsys,
                        "cannot get zai-org/GLM-ASR-Nano-2512 from the Hugging Face hub (HF_HUB_OFFLINE is set",
-                       "python -m glm_asr_course.reference.tiny_checkpoint /tmp/tiny && ./benchmark.sh glm_asr_scratch "
-                       "--model /tmp/tiny")
+                       "./benchmark.sh glm_asr_scratch --model tiny")
 
 
 def test_without_the_hub_a_gpu_is_sent_to_random_weights():
@@ -288,7 +292,7 @@ def test_without_the_hub_a_gpu_is_sent_to_random_weights():
 
     assert route_without_hub("glm_asr_triton_example", "cuda").startswith(
         "run on full-size random weights with --random-weights")
-    assert "tiny_checkpoint" in route_without_hub("glm_asr_triton_example", "cpu")
+    assert route_without_hub("glm_asr_triton_example", "cpu").endswith("./benchmark.sh glm_asr_triton_example --model tiny")
 
 
 def test_missing_tensor(broken_ckpt, capsys):
@@ -407,3 +411,30 @@ def test_missing_shard(tiny_ckpt_sharded_bf16, tmp_path, capsys):
     shard = sorted(target.glob("model-*.safetensors"))[1]
     shard.unlink()
     assert_usage_error(["glm_asr_scratch", "--model", str(target)], capsys, "missing", shard.name)
+
+
+@pytest.mark.parametrize("old_config", [False, True], ids=["new-config", "old-config"])
+def test_a_checkpoint_in_the_format_before_2025_12_27_is_refused_naming_the_download(broken_ckpt, capsys,
+                                                                                      old_config):
+    """The publishers' earlier names: audio_encoder.whisper.*, audio_encoder.adapting.*,
+    audio_encoder.audio_bos_eos_token, model.*, lm_head.*; their config.json had no audio_config."""
+    from glm_asr_course.model.checkpoint import canonical_name
+
+    old_prefixes = {"encoder.": "audio_encoder.whisper.", "projector.": "audio_encoder.adapting.",
+                    "decoder.": "model.", "lm_head.": "lm_head."}
+
+    def rename(tensors):
+        for stored in list(tensors):
+            canonical = canonical_name(stored)
+            prefix = next(p for p in old_prefixes if canonical.startswith(p))
+            tensors[old_prefixes[prefix] + canonical[len(prefix):]] = tensors.pop(stored)
+        tensors["audio_encoder.audio_bos_eos_token.weight"] = torch.zeros(2, 64)
+
+    target = broken_ckpt(rename)
+    if old_config:
+        config = json.loads((target / "config.json").read_text())
+        config["whisper_config"], config["lm_config"] = config.pop("audio_config"), config.pop("text_config")
+        (target / "config.json").write_text(json.dumps(config))
+    assert_usage_error(["glm_asr_scratch", "--model", str(target), "--device", "cpu"], capsys,
+                       f"{target} is GLM-ASR-Nano-2512 in the weight format its publishers replaced on 2025-12-27",
+                       "download the current one with `hf download zai-org/GLM-ASR-Nano-2512`")

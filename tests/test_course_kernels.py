@@ -8,6 +8,7 @@ table the kernel files' self-checks and the grader run too.
   model-size case for the GPU; each case names what it guards.
 * A kernel file's self-check, run as a student runs it: exit 0 when every row passes; exit 1 naming
   the TODO rows on the template; exit 2 and one line for a kernel name the file does not hold.
+* The ids carry the folder, so `-k triton_template` (README, GUIDE) selects every case of that folder.
 * cuTile only: every signature the cases launch in the emulator compiles for sm_90 with the real
   compiler (on a GPU, launching compiles them).
 
@@ -18,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -54,26 +56,58 @@ def run_one(package: str, case, capsys):
     return row
 
 
+def case_id(package: str, case) -> str:
+    """A case's test id, led by its folder ("triton_template-gelu_kernel[...]"): what -k FOLDER matches."""
+    return f"{package.removeprefix('glm_asr_')}-{case.id}"
+
+
 EXAMPLE_CASES = [pc for p in EXAMPLES for pc in track_cases(p)]
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")  # silu at -1e4, interpreted
-@pytest.mark.parametrize("package, case", EXAMPLE_CASES, ids=[f"{p.split('_')[2]}-{c.id}" for p, c in EXAMPLE_CASES])
+@pytest.mark.parametrize("package, case", EXAMPLE_CASES, ids=[case_id(p, c) for p, c in EXAMPLE_CASES])
 def test_example_passes_every_case(package, case, capsys):
     row = run_one(package, case, capsys)
     assert row.status == "PASS", f"{case.id} on {package}: {row.status} {row.error} / {row.limit} {row.note}"
 
 
 TEMPLATE_CASES = [pc for p in TEMPLATES for pc in track_cases(p)]
+CASE_IDS = {folder: [case_id(p, c) for p, c in EXAMPLE_CASES + TEMPLATE_CASES if p == folder]
+            for folder in EXAMPLES + TEMPLATES}
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
-@pytest.mark.parametrize("package, case", TEMPLATE_CASES, ids=[f"{p.split('_')[2]}-{c.id}" for p, c in TEMPLATE_CASES])
+@pytest.mark.parametrize("package, case", TEMPLATE_CASES, ids=[case_id(p, c) for p, c in TEMPLATE_CASES])
 def test_template_kernel_passes_once_written(package, case, capsys):
     row = run_one(package, case, capsys)
     if row.status == "TODO":
         pytest.skip(f"TODO: {row.note or case.kernel} is not written yet in {package}")
     assert row.status == "PASS", f"{case.id} on {package}: {row.status} {row.error} / {row.limit} {row.note}"
+
+
+def test_the_documented_k_filter_selects_every_case_of_the_folder():
+    """`pytest tests/test_course_kernels.py -k triton_template` (README, GUIDE): the folder's cases and its
+    self-check script; -k matches the keyword inside the ids, which carry the folder for every folder."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           str(Path(__file__)), "-k", "triton_template"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    selected = [line for line in done.stdout.splitlines() if line.startswith("tests/") and "documented_k" not in line]
+    cases = [line for line in selected if "[triton_template-" in line]
+    assert len(cases) == len(track_cases("glm_asr_triton_template")), done.stdout[-2000:]
+    assert selected == cases + ["tests/test_course_kernels.py::test_template_self_check_script_names_the_todo_kernels_"
+                                "and_exits_1[glm_asr_triton_template]"]
+    for folder in EXAMPLES + TEMPLATES:
+        keyword = folder.removeprefix("glm_asr_")
+        ids = CASE_IDS[folder]
+        assert ids and all(i.startswith(f"{keyword}-") for i in ids)
+        assert not any(keyword in i for other in EXAMPLES + TEMPLATES if other != folder for i in CASE_IDS[other])
+
+
+def test_an_interpreted_overflow_is_silent_as_on_a_gpu(capsys):
+    """silu's exp(-x) overflows to inf at x = -1e4, as the kernel intends: no NumPy warning reaches the user."""
+    case = next(c for c in CASES if c.kernel == "silu_kernel" and c.guards.startswith("overflow"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row = run_one("glm_asr_triton_example", case, capsys)
+    assert row.status == "PASS", row.note
 
 
 # --------------------------------------------------------------------------------------------------

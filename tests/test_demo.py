@@ -102,6 +102,17 @@ def test_page_opens_offline_ready_with_the_test_clip():
     assert app.button(key="transcribe").label == "Transcribe"
 
 
+def test_demo_model_option_picks_the_checkpoint_the_page_starts_on(monkeypatch, page_checkpoint):
+    """./demo.sh --model X reaches the page as streamlit's script arguments (after --)."""
+    path, _ = page_checkpoint
+    monkeypatch.setattr("sys.argv", ["demo.py", "--model", str(path)])
+    app = AppTest.from_file(DEMO, default_timeout=60).run()
+    assert app.selectbox(key="checkpoint").value == "another hub id or a local directory"
+    assert app.text_input(key="model").value == str(path)
+    monkeypatch.setattr("sys.argv", ["demo.py", "--model", "tiny"])
+    assert AppTest.from_file(DEMO, default_timeout=60).run().selectbox(key="checkpoint").value == TINY
+
+
 @pytest.mark.parametrize("track", TRACKS)
 def test_every_track_transcribes_as_transformers_does(track, page_checkpoint):
     folder, path = track.split(":")

@@ -12,6 +12,7 @@ end-to-end verdict naming the TODO kernel that stopped it, exit 2.
 
 import importlib
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -68,6 +69,10 @@ def test_compare_report_follows_the_students_kernels(student_folder, tiny_ckpt, 
     k = report["first_difference_at_token"]
     assert 1 <= k <= 3 and report["verdict"].startswith(f"ids equal transformers' fp32: no (first difference at token {k}: ")
     assert f"Status: NOT CHECKED (random weights)\n{report['verdict']}\n" in out
+    for folder in (student_folder, "glm_asr_triton_example"):  # the self-check phase's progress, a line a file
+        for stem in ("layers", "attention", "rope"):
+            assert re.search(rf"^\[compare\]   {folder}/{stem}\.py: \d+ PASS", out, re.MULTILINE), out
+    assert "RuntimeWarning" not in err, err
     assert f"End to end (course path): {report['verdict']}\nCourse kernels (every case of their self-checks): {len(STUDENT_KERNELS) - 1} pass, 1 fail, " \
            "0 to write, 0 on the example's kernel." in out
 
@@ -172,3 +177,26 @@ def test_compare_on_the_unfinished_template_still_writes_its_report(tiny_ckpt, t
     assert f"{len(todo)} to write" in markdown and markdown.count("| TODO |") >= len(todo)
     assert f"No end-to-end numbers of yours: the transcription stopped at `{report['unwritten_kernel']}`" in markdown
     assert f"Report: {report_dir / 'report.md'}" in out
+
+
+def test_report_tables_give_each_time_column_one_unit_and_a_single_run_no_spread():
+    from glm_asr_lab.grading.compare_report import e2e_table, kernel_table
+
+    def kernel(us, solution_us):
+        return dict(file="layers.py", kernel="gelu_kernel", guards="g", shape="s", status="PASS", error=None,
+                    time_us=us, solution_time_us=solution_us, time_ratio=None)
+
+    mixed = kernel_table({"kernels": [kernel(8972.9, 26100.0), kernel(303800.0, None)]}).splitlines()
+    assert mixed[0].split(" | ")[6:8] == ["time (ms)", "solution (ms)"]
+    assert mixed[2].split(" | ")[6:8] == ["9.0", "26.1"] and mixed[3].split(" | ")[6:8] == ["303.8", "-"]
+    assert kernel_table({"kernels": [kernel(12.5, 9.0)]}).splitlines()[2].split(" | ")[6:8] == ["12.5", "9.0"]
+
+    def run(label, runs_ms):
+        mean = sum(runs_ms) / len(runs_ms)
+        return dict(label=label, what="w", runs_ms=runs_ms, mean_ms=mean, std_ms=0.0 if len(runs_ms) == 1 else 1.0,
+                    ms_per_token=mean / 5, tokens=5, ids_equal_reference=True, tflops=1.0, gbps=1.0, floor_fraction=0.5)
+
+    table = e2e_table({"reference_label": "transformers", "end_to_end": [run("one", [28307.5]), run("two", [10.0, 12.0])]})
+    lines = table.splitlines()
+    assert lines[0].split(" | ")[2] == "time (ms)"
+    assert lines[2].split(" | ")[2] == "28307.5" and lines[3].split(" | ")[2] == "11.0 ± 1.0"

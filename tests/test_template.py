@@ -278,6 +278,7 @@ def test_template_without_allow_reference_exits_2_naming_the_todo(tiny_ckpt, cap
     file = {"compute_freqs_kernel": "rope"}.get(kernel.group(1), "layers")  # the model loads, then encodes
     assert kernel.group(2) == f"{TEMPLATE}/{file}.py"
     assert f"docs/guide-triton.md#{kernel.group(1)}" in line and f"--allow-reference {kernel.group(1)}" in line
+    assert "(--allow-reference all: the example's kernel for every unwritten one)" in line  # past every TODO at once
 
 
 def test_template_todo_kernel_raises_and_substitutes():

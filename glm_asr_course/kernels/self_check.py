@@ -2,6 +2,7 @@
 
     python glm_asr_triton_example/layers.py                  every case of the file's course kernels
     python glm_asr_triton_example/layers.py gelu_kernel      one kernel's cases
+    ./benchmark.sh glm_asr_triton_example --self-check [KERNEL|FILE ...]   every kernel file in turn (check_folder)
 
 The course kernels' files (layers.py, attention.py, rope.py of either track, and their templates) and
 glue.py end with ``self_check.main(__file__)``: the cases come from glm_asr_course.kernels.kernel_cases,
@@ -27,7 +28,9 @@ import contextlib
 import contextvars
 import importlib
 import math
+import re
 import statistics
+import subprocess
 import sys
 import zlib
 from dataclasses import dataclass
@@ -41,7 +44,7 @@ from glm_asr_course.model import launch_contracts
 from glm_asr_course.model.course_model import TrackOps, track_ops
 from glm_asr_course.kernels.kernel_cases import CASES, Close, Inputs, Verdict
 from glm_asr_course.runtimes import triton_interpreter
-from glm_asr_course.tracks import import_folder, kernel_language
+from glm_asr_course.tracks import import_folder, kernel_language, track_directory, track_name
 
 # The SelfChecks made inside recording_checks' block, in this context (a report's run of a kernel file's
 # self-check), or None outside one.
@@ -327,3 +330,72 @@ def main(script: str, argv=None) -> int:
         raise SystemExit(2)
     check = run_cases(track, path.stem, args.kernels or None, title=path.name)
     return check.finish()
+
+
+# --------------------------------------------------------------------------------------------------
+# A whole folder: ./benchmark.sh FOLDER --self-check
+# --------------------------------------------------------------------------------------------------
+
+COURSE_FILES = ("layers", "attention", "rope", "glue", "conv")  # in the order the course writes them
+COUNTS_LINE = re.compile(r"^\d+ passed, \d+ failed, \d+ TODO.*$", re.MULTILINE)
+
+
+def folder_commands(folder: str, selection=()) -> list[tuple[str, list[str]]]:
+    """(file, command) of each self-check of ``folder`` that ``selection`` names (kernels or files; all
+    when empty): the course files as ``python FOLDER/FILE.py [KERNEL ...]``, the fast path's files as
+    ``python -m FOLDER.fast_x`` (their relative imports need the package). A UserError names the choices
+    for a name that is neither."""
+    from glm_asr_course.errors import UserError
+
+    name = track_name(folder)
+    directory = track_directory(name)
+    stems = [s for s in COURSE_FILES if (directory / f"{s}.py").is_file()] + sorted(
+        p.stem for p in directory.glob("fast_*.py") if 'if __name__ == "__main__"' in p.read_text())
+    if not stems:
+        raise UserError(f"{name} has no kernel files with a self-check")
+    student_kernels = getattr(import_folder(name), "STUDENT_KERNELS", ())
+    kernels_of = {s: [c.kernel for c in CASES if c.file == s and (c.kernel in student_kernels
+                                                                   or not c.kernel.endswith("_kernel"))]
+                  for s in stems}
+    files = {s for s in stems if s in selection or f"{s}.py" in selection}
+    kernels = set(selection) - {f for s in files for f in (s, f"{s}.py")}
+    unknown = sorted(kernels - {k for ks in kernels_of.values() for k in ks})
+    if unknown:
+        known = sorted({k for ks in kernels_of.values() for k in ks})
+        raise UserError(f"--self-check: {', '.join(unknown)} is neither a kernel nor a kernel file of {name}; "
+                        f"kernels: {', '.join(known)}; files: {', '.join(s + '.py' for s in stems)}")
+    commands = []
+    for stem in stems:
+        chosen = list(dict.fromkeys(k for k in kernels_of[stem] if k in kernels))
+        if selection and stem not in files and not chosen:
+            continue
+        script = [f"{name}/{stem}.py"] if stem in COURSE_FILES else ["-m", f"{name}.{stem}"]
+        commands.append((f"{stem}.py", [sys.executable, *script, *(chosen if stem not in files else [])]))
+    return commands
+
+
+def check_folder(folder: str, selection=()) -> int:
+    """Run the self-checks of ``folder`` (folder_commands) one after the other, their rows as they come;
+    then a line per file and the total. 0 when every file passed, else 1."""
+    commands = folder_commands(folder, selection)
+    results = []
+    for file, command in commands:
+        shown = " ".join(["python", *command[1:]])
+        print(f"== {shown}", flush=True)
+        with subprocess.Popen(command, cwd=track_directory(track_name(folder)).parent, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) as child:
+            output = []
+            for line in child.stdout:
+                print(line, end="", flush=True)
+                output.append(line)
+        counts = COUNTS_LINE.findall("".join(output))
+        results.append((file, child.returncode, counts[-1] if counts else f"no result line; run {shown}"))
+    print(f"Self-checks of {track_name(folder)}:")
+    for file, code, counts in results:
+        todo_only = re.match(r"\d+ passed, 0 failed, [1-9]", counts)
+        status = "PASS" if code == 0 else "TODO" if todo_only and code == 1 else "FAIL"
+        print(f"  {file:20} {status:5} {counts}" + ("" if code in (0, 1) else f" (exit {code})"))
+    failed = sum(code != 0 for _, code, _ in results)
+    print(f"{len(results) - failed} of {len(results)} files passed" + (f"; {failed} did not: exit 1" if failed else ""))
+    return 1 if failed else 0
+

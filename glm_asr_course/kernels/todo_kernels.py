@@ -69,7 +69,8 @@ class KernelTodo(UserError, NotImplementedError):
     def __init__(self, kernel: str, file: str, guide: str):
         self.kernel, self.file, self.guide = kernel, file, guide
         super().__init__(f"{kernel} in {file} is a TODO: write it (see {guide}), or run with "
-                         f"--allow-reference {kernel} to use the example's kernel meanwhile")
+                         f"--allow-reference {kernel} to use the example's kernel meanwhile (--allow-reference "
+                         "all: the example's kernel for every unwritten one)")
 
 
 def _display_path(path: str) -> str:

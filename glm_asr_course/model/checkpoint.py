@@ -36,6 +36,29 @@ _PREFIXES = [
 ]
 
 
+# The layout the model's publishers replaced on 2025-12-27 (audio_encoder.whisper.*, audio_encoder.adapting.*,
+# audio_encoder.audio_bos_eos_token, model.*, lm_head.*). transformers reads only today's layout and maps
+# no old name, so no loader here guesses the renaming: such a checkpoint is refused, saying what to download.
+OLD_FORMAT_PREFIX = "audio_encoder."
+
+
+def old_format_error(model_dir) -> UserError:
+    return UserError(f"{model_dir} is GLM-ASR-Nano-2512 in the weight format its publishers replaced on 2025-12-27 "
+                     f"(audio_encoder.* tensors), which is not read here; download the current one with "
+                     f"`hf download {DEFAULT_MODEL}` and leave --model out (or pass its directory)")
+
+
+def stored_names(model_dir: Path) -> list[str]:
+    """The tensor names of a checkpoint's safetensors files, from their headers (no tensor is read)."""
+    from safetensors import safe_open
+
+    names = []
+    for file in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            names += list(f.keys())
+    return names
+
+
 def canonical_name(stored: str) -> str | None:
     for pattern, prefix in _PREFIXES:
         if re.match(pattern, stored):
@@ -108,8 +131,8 @@ class HubUnavailable(UserError):
     def __init__(self, model: str, reason: str, route: str | None = None):
         self.model, self.reason = model, reason
         super().__init__(f"cannot get {model} from the Hugging Face hub ({reason}); " + (
-            route or "download it elsewhere and pass --model DIR, or run on full-size random weights with "
-                     "--random-weights (nothing downloaded)"))
+            route or "download it elsewhere and pass --model DIR, run on full-size random weights with "
+                     "--random-weights, or on a tiny random checkpoint with --model tiny (nothing downloaded)"))
 
 
 def resolve_model_dir(model: str, *, need_weights: bool = True) -> Path:
@@ -133,11 +156,14 @@ def resolve_model_dir(model: str, *, need_weights: bool = True) -> Path:
 
 
 def read_raw_config(model_dir: Path) -> dict:
-    """config.json of a checkpoint directory, as stored."""
+    """config.json of a checkpoint directory, as stored; a UserError for the layout replaced on 2025-12-27."""
     try:
-        return json.loads((Path(model_dir) / "config.json").read_text())
+        raw = json.loads((Path(model_dir) / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise UserError(f"cannot read {Path(model_dir) / 'config.json'}: {e}") from None
+    if "audio_config" not in raw and any(n.startswith(OLD_FORMAT_PREFIX) for n in stored_names(model_dir)):
+        raise old_format_error(model_dir)
+    return raw
 
 
 def read_config(model_dir: Path) -> ModelConfig:
@@ -182,6 +208,8 @@ def load_weights(model_dir: Path, cfg: ModelConfig, dtype: torch.dtype) -> dict[
             with safe_open(str(file), framework="pt") as f:
                 for stored in f.keys():
                     name = canonical_name(stored)
+                    if stored.startswith(OLD_FORMAT_PREFIX):
+                        raise old_format_error(model_dir)
                     if name is None or name not in shapes:
                         raise UserError(f"{file.name}: unexpected tensor {stored!r}")
                     tensor = f.get_tensor(stored)

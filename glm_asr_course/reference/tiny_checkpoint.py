@@ -460,8 +460,19 @@ def cache_root() -> pathlib.Path:
     return pathlib.Path(base) / "glm_asr"
 
 
-def cached_tiny_checkpoint(seed: int = 0) -> pathlib.Path:
-    """The tiny checkpoint (one safetensors file, float32, untied) under ``cache_root()``, built on first use.
+# The name that stands for the cached tiny checkpoint where a checkpoint is asked for (--model tiny, the
+# demo's field): the route that needs no GPU and no download.
+TINY_MODEL = "tiny"
+
+
+def model_or_tiny(model: str, log=None) -> str:
+    """``model`` as given, or for TINY_MODEL the cached tiny checkpoint's directory (built on first use)."""
+    return str(cached_tiny_checkpoint(log=log)) if model == TINY_MODEL else model
+
+
+def cached_tiny_checkpoint(seed: int = 0, log=None) -> pathlib.Path:
+    """The tiny checkpoint (one safetensors file, float32, untied) under ``cache_root()``, built on first use
+    (``log``, when given, is told so: building takes about 10 s).
 
     The folder name carries a hash of this file and of the transformers version, so a change to
     the builder never serves a stale checkpoint. Building happens in a private folder renamed into
@@ -474,6 +485,8 @@ def cached_tiny_checkpoint(seed: int = 0) -> pathlib.Path:
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    if log is not None:
+        log(f"Building the tiny random checkpoint in {target} (once)")
     staging = pathlib.Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     try:
         build_tiny_checkpoint(staging, seed=seed)

@@ -64,16 +64,20 @@ def solution_folder(folder: str, requested: str | None) -> str:
     raise UserError(f"--compare: no solution folder for {folder}; name one with --solution FOLDER")
 
 
-def kernel_rows(folder: str | self_check.Track, kernels=None) -> list[dict]:
+def kernel_rows(folder: str | self_check.Track, kernels=None, log=None) -> list[dict]:
     """Every case of the folder's course kernels (glm_asr_course.kernels.kernel_cases), or of ``kernels``
     only, run quietly as the kernel files' self-checks run them; one dict per row, with its file.
-    ``folder``: a track folder's name, or its self_check.Track."""
+    ``folder``: a track folder's name, or its self_check.Track. ``log``: told each file's counts as it ends
+    (in an interpreter a file takes seconds)."""
     track = self_check.load_track(folder) if isinstance(folder, str) else folder
     rows = []
     for stem in ("layers", "attention", "rope"):
         with self_check.recording_checks(), contextlib.redirect_stdout(io.StringIO()):
             check = self_check.run_cases(track, stem, kernels)
         rows += [dict(asdict(row), file=f"{stem}.py") for row in check.rows]
+        if log is not None:
+            counts = ", ".join(f"{n} {status}" for status, n in check.counts.items() if n)
+            log(f"[compare]   {track.package}/{stem}.py: {counts or 'no rows'}")
     return rows
 
 
@@ -137,10 +141,10 @@ def compare(session, requested_solution: str | None, student: dict, log=print) -
     solution = solution_folder(folder, requested_solution)
     log(f"[compare] kernel self-checks: {folder} against {solution}")
     kernels = self_check.load_track(folder).student_kernels
-    student_kernels = kernel_rows(folder)
+    student_kernels = kernel_rows(folder, log=log)
     # The solution's rows must not run on reference substitutions meant for the student's folder.
     with todo_kernels.References().active():
-        solution_kernels = kernel_rows(solution)
+        solution_kernels = kernel_rows(solution, log=log)
     rows = [e2e_row("student", f"{folder} ({session.path} path)", student["runs_ms"], student["token_ids"])
             ] if student["runs_ms"] else []
     rows += measure_others(session, solution, log)
@@ -205,8 +209,14 @@ def assemble_report(header: dict, student: dict, student_kernels, kernels: list[
 # ---------------------------------------------------------------------------------------------
 
 
-def _us(value) -> str:
-    return "-" if value is None else (f"{value / 1000:.1f} ms" if value >= 10_000 else f"{value:.1f} us")
+def time_unit(values) -> tuple[str, float]:
+    """One unit for a table's columns of µs values, and its factor: ms where one reaches 10 ms, else us."""
+    known = [v for v in values if v is not None]
+    return ("ms", 1e-3) if known and max(known) >= 10_000 else ("us", 1.0)
+
+
+def _in_unit(value, factor: float) -> str:
+    return "-" if value is None else f"{value * factor:.1f}"
 
 
 def _err(row) -> str:
@@ -230,18 +240,21 @@ def pipe_table(headers: list[str], rows: list[list]) -> str:
 
 
 def kernel_table(report: dict) -> str:
-    return pipe_table(["file", "kernel", "guards against", "shape", "status", "error / limit", "time", "solution",
-                       "student / solution"],
-                      [[r["file"], f"`{r['kernel']}`", r["guards"], r["shape"], r["status"], _err(r), _us(r["time_us"]),
-                        _us(r["solution_time_us"]), "-" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"]
+    unit, factor = time_unit([r[k] for r in report["kernels"] for k in ("time_us", "solution_time_us")])
+    return pipe_table(["file", "kernel", "guards against", "shape", "status", "error / limit", f"time ({unit})",
+                       f"solution ({unit})", "student / solution"],
+                      [[r["file"], f"`{r['kernel']}`", r["guards"], r["shape"], r["status"], _err(r),
+                        _in_unit(r["time_us"], factor), _in_unit(r["solution_time_us"], factor),
+                        "-" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"]
                        for r in report["kernels"]])
 
 
 def e2e_table(report: dict) -> str:
     same = {None: "-", True: "yes", False: "**no**"}
-    return pipe_table(["run", "what", "time", "ms/token", "tokens", f"ids = {report['reference_label'] or 'reference'}",
-                       "TFLOP/s", "GB/s", "floor / time"],
-                      [[r["label"], r["what"], f"{r['mean_ms']:.1f} ± {r['std_ms']:.1f} ms",
+    return pipe_table(["run", "what", "time (ms)", "ms/token", "tokens",
+                       f"ids = {report['reference_label'] or 'reference'}", "TFLOP/s", "GB/s", "floor / time"],
+                      [[r["label"], r["what"],
+                        f"{r['mean_ms']:.1f}" + (f" ± {r['std_ms']:.1f}" if len(r["runs_ms"]) > 1 else ""),
                         f"{r['ms_per_token']:.2f}", r["tokens"], same[r["ids_equal_reference"]], f"{r['tflops']:.3g}",
                         f"{r['gbps']:.3g}", f"{r['floor_fraction'] * 100:.2g} %"] for r in report["end_to_end"]])
 
