@@ -98,7 +98,7 @@ def tiny_ckpt_tied(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(scope="session")
 def clips(tmp_path_factory) -> dict[str, pathlib.Path]:
     """{"short": 22.05 kHz stereo PCM_16 (~3.5 s), "long45": 45 s 16 kHz float32, "other": 5 s 16 kHz PCM_16}."""
-    from glm_asr_course.reference.tiny_checkpoint import make_clips
+    from glm_asr_lab.derived_clips import make_clips
 
     return make_clips(tmp_path_factory.mktemp("clips"))
 

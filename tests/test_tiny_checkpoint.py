@@ -11,7 +11,8 @@ import soundfile as sf
 import torch
 from safetensors import safe_open
 
-from glm_asr_course.reference.tiny_checkpoint import AUDIO_TOKEN, EOS_TOKENS, EXPECTED_PROMPT, TRANSCRIBE_PROMPT, load_clip_16k
+from glm_asr_course.reference.tiny_checkpoint import AUDIO_TOKEN, EOS_TOKENS, EXPECTED_PROMPT, TRANSCRIBE_PROMPT
+from glm_asr_lab.derived_clips import load_clip_16k
 
 
 def _raw_tensors(ckpt):

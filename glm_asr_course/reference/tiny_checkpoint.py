@@ -1,5 +1,5 @@
-"""A tiny random GLM-ASR checkpoint and clips to feed it, for runs that need no download: the tests
-and the demo's "random weights (tiny, CPU-friendly)" choice.
+"""A tiny random GLM-ASR checkpoint, for runs that need no download: ``--model tiny``, the tests and
+the demo's "random weights (tiny, CPU-friendly)" choice.
 
 The checkpoint is written by ``transformers`` itself (``save_pretrained``), so it has exactly the
 on-disk layout (config.json, safetensors key names, processor files) that a real
@@ -8,17 +8,15 @@ vocabulary of about 400 tokens trained here) and random. The weights are re-init
 seeded generator at a scale that makes greedy decoding non-degenerate (varied tokens, clear top-1
 margins); the text it decodes is meaningless, and config.json says so (the key
 ``glm_asr_course.model.checkpoint.RANDOM_WEIGHTS_MARK``): runs on it check their ids against
-transformers', not a transcript. The clips are the repository's test_audio.wav in other rates,
-channel counts and lengths.
+transformers', not a transcript. (Clips to feed it: glm_asr_lab/derived_clips.py.)
 
-    from glm_asr_course.reference.tiny_checkpoint import build_tiny_checkpoint, cached_tiny_checkpoint, make_clips
+    from glm_asr_course.reference.tiny_checkpoint import build_tiny_checkpoint, cached_tiny_checkpoint
     ckpt = build_tiny_checkpoint(tmp / "ckpt", sharded=True, storage_dtype="bfloat16")
     ckpt = cached_tiny_checkpoint()       # built once per version of this file, then reused
-    clips = make_clips(tmp / "clips")     # {"short": Path, "long45": Path, "other": Path}
 
 or from the shell::
 
-    python -m glm_asr_course.reference.tiny_checkpoint OUT_DIR [--sharded] [--dtype bfloat16] [--tied] [--seed 0] [--clips]
+    python -m glm_asr_course.reference.tiny_checkpoint OUT_DIR [--sharded] [--dtype bfloat16] [--tied] [--seed 0]
 """
 
 from __future__ import annotations
@@ -363,91 +361,6 @@ def _build(out, sharded, storage_dtype, tie_word_embeddings, seed, audio, text) 
 
 
 # --------------------------------------------------------------------------------------
-# Clips
-# --------------------------------------------------------------------------------------
-
-
-def _load_reference():
-    import soundfile as sf
-
-    x, sr = sf.read(str(TEST_AUDIO), dtype="float32", always_2d=False)
-    if x.ndim > 1:
-        x = x.mean(axis=1)
-    if sr != 16000:
-        raise RuntimeError(f"{TEST_AUDIO} is {sr} Hz, expected 16000")
-    return x.astype(np.float32)
-
-
-def make_clips(out_dir) -> dict[str, pathlib.Path]:
-    """Write test clips derived from the repo's test_audio.wav.
-
-    - ``short``:  the clip at 22050 Hz, stereo (two different gains), PCM_16.
-    - ``long45``: 45.0 s at 16 kHz mono float32: the speech repeated with gaps, gain
-      changes and light seeded noise (needs two 30 s processor windows).
-    - ``other``:  ~5 s at 16 kHz mono PCM_16: the speech slowed down by 1.3x (lower
-      pitch), time-reversed, with light seeded noise; for batching with ``short``.
-    """
-    import soundfile as sf
-    from scipy.signal import resample, resample_poly
-
-    out = pathlib.Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    x = _load_reference()
-    rng = np.random.default_rng(1234)
-    paths: dict[str, pathlib.Path] = {}
-
-    # short: 16 kHz -> 22050 Hz (= 16000 * 441 / 320), stereo with unequal channels.
-    y = resample_poly(x.astype(np.float64), 441, 320)
-    stereo = np.stack([y, 0.6 * y + 0.002 * rng.standard_normal(y.shape)], axis=1)
-    stereo = np.clip(stereo, -1.0, 1.0)
-    paths["short"] = out / "short_22k_stereo.wav"
-    sf.write(str(paths["short"]), stereo, 22050, subtype="PCM_16")
-
-    # long45: exactly 45 s at 16 kHz.
-    sr = 16000
-    total = 45 * sr
-    buf = np.zeros(total, np.float64)
-    pos = int(0.3 * sr)
-    gains = [1.0, 0.7, 1.3, 0.5, 1.1, 0.85, 1.2, 0.6, 0.95, 1.0, 0.75, 1.15]
-    i = 0
-    while pos < total:
-        seg = x * gains[i % len(gains)]
-        n = min(len(seg), total - pos)
-        buf[pos:pos + n] += seg[:n]
-        pos += n + int(rng.uniform(0.2, 0.8) * sr)
-        i += 1
-    buf += 0.003 * rng.standard_normal(total)
-    buf = np.clip(buf, -1.0, 1.0).astype(np.float32)
-    paths["long45"] = out / "long45_16k.wav"
-    sf.write(str(paths["long45"]), buf, sr, subtype="FLOAT")
-
-    # other: slowed down 1.3x via FFT resampling, time-reversed, padded to 5 s.
-    slow = resample(x.astype(np.float64), int(len(x) * 1.3))[::-1]
-    o = np.zeros(5 * sr, np.float64)
-    start = int(0.2 * sr)
-    n = min(len(slow), len(o) - start)
-    o[start:start + n] = 0.9 * slow[:n]
-    o += 0.004 * rng.standard_normal(len(o))
-    o = np.clip(o, -1.0, 1.0)
-    paths["other"] = out / "other_16k.wav"
-    sf.write(str(paths["other"]), o, sr, subtype="PCM_16")
-    return paths
-
-
-def load_clip_16k(path) -> np.ndarray:
-    """Read a clip as 16 kHz mono float32 (downmix by mean, polyphase resampling)."""
-    import soundfile as sf
-    from scipy.signal import resample_poly
-
-    x, sr = sf.read(str(path), dtype="float32", always_2d=True)
-    x = x.mean(axis=1)
-    if sr != 16000:
-        g = math.gcd(int(sr), 16000)
-        x = resample_poly(x.astype(np.float64), 16000 // g, int(sr) // g)
-    return np.asarray(x, dtype=np.float32)
-
-
-# --------------------------------------------------------------------------------------
 # The cache
 # --------------------------------------------------------------------------------------
 
@@ -506,15 +419,11 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32", choices=sorted(_DTYPES))
     ap.add_argument("--tied", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--clips", action="store_true", help="also write test clips to OUT_DIR/clips")
     args = ap.parse_args(argv)
     out = build_tiny_checkpoint(
         args.out_dir, sharded=args.sharded, storage_dtype=args.dtype, tie_word_embeddings=args.tied, seed=args.seed
     )
     print(out)
-    if args.clips:
-        for k, p in make_clips(out / "clips").items():
-            print(k, p)
     return 0
 
 
