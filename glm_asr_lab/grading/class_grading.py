@@ -72,8 +72,8 @@ from glm_asr_course.command_line import (ArgumentParser, add_common_args, expect
 from glm_asr_course.tracks import REPO_ROOT
 
 TRACKS = ("triton", "cutile")
-# A file only one track's folders have: how a submission's track is told without importing it.
-TRACK_MARKERS = {"triton": "glm_asr_course/runtimes/triton_helpers.py", "cutile": "glm_asr_course/runtimes/tile_helpers.py"}
+# The helper module only one track's kernel files import: how a submission's track is told without importing it.
+TRACK_MARKERS = {"triton": b"glm_asr_course.runtimes.triton_helpers", "cutile": b"glm_asr_course.runtimes.tile_helpers"}
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 MAX_SUBMISSION_BYTES = 100 << 20  # a student's folder is a few hundred kB; more is a mistake or a bomb
 RESULT_LIMIT_BYTES = 8 << 20  # a worker's result: ~60 kernel rows and a few hundred ids
@@ -177,7 +177,8 @@ def track_package(files: dict[str, bytes], name: str, track: str | None) -> tupl
         where = "no model.py" if not tops else f"model.py in {len(tops)} folders"
         raise SubmissionProblem(f"{name}: not one copy of a template folder ({where})")
     package = {rel[len(tops[0]):]: data for rel, data in files.items() if rel.startswith(tops[0])}
-    found = [t for t, marker in TRACK_MARKERS.items() if marker in package]
+    found = [t for t, marker in TRACK_MARKERS.items()
+             if any(marker in data for rel, data in package.items() if rel.endswith(".py"))]
     if track is not None and found and found != [track]:
         raise SubmissionProblem(f"{name}: a {found[0]} folder, and the class is graded as {track} (--track)")
     if track is None and len(found) != 1:
@@ -273,11 +274,14 @@ def signature(path: Path) -> str | None:
 
 def judged_files(clip: Path, model_dir: Path | None) -> list[str]:
     """The files a submission is judged with: the clip, the checkpoint, glm_asr_course (the case table
-    and its tolerances, this grader), the examples (the baselines, the TODO stand-ins' references)."""
+    and its tolerances, the model, the timer), glm_asr_lab (this grader, its worker, the roofline floor),
+    cutile_emulator (what runs cuTile kernels on a CPU), the examples (the baselines, the TODO
+    stand-ins' references)."""
     files = [clip]
     if model_dir is not None:
         files += sorted(p for p in model_dir.rglob("*") if p.is_file())
-    files += sorted((REPO_ROOT / "glm_asr_course").rglob("*.py"))
+    for package in ("glm_asr_course", "glm_asr_lab", "cutile_emulator"):
+        files += sorted((REPO_ROOT / package).rglob("*.py"))
     for track in TRACKS:
         files += sorted(p for p in (REPO_ROOT / f"glm_asr_{track}_example").rglob("*")
                         if p.is_file() and is_source_file(p.relative_to(REPO_ROOT).as_posix()))
