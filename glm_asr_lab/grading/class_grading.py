@@ -66,7 +66,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from glm_asr_course.errors import UserError, run_cli
-from glm_asr_lab.grading import class_report, slurm
+from glm_asr_lab.grading import class_report, integrity, slurm
 from glm_asr_course.command_line import (ArgumentParser, add_common_args, expected_text, positive_int, refuse_interpreted_full_size,
                            resolve_device)
 from glm_asr_course.tracks import REPO_ROOT
@@ -426,20 +426,29 @@ class WorkerOutcome:
     seconds: float
     result: CappedReader
     log: CappedReader
+    seen: dict  # the windows of its check run and timed runs on this process's clock (integrity.Announcements)
 
 
 def run_worker(request: dict, scratch: Path, gpu: str | None, limit_s: int) -> WorkerOutcome:
     """Start grading_worker on ``request`` in ``scratch``, wait at most ``limit_s``, then stop it and
-    everything it started (its own process group)."""
+    everything it started (its own process group). Its announcements of its timed windows come on a
+    pipe of their own, timestamped here as they arrive (integrity.py)."""
     (scratch / "tmp").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
                PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(scratch / "tmp"), TRITON_CACHE_DIR=str(scratch / "triton_cache"))
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     started = time.monotonic()
-    process = subprocess.Popen([sys.executable, "-m", "glm_asr_lab.grading.grading_worker", json.dumps(request)],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=scratch,
-                               env=env, start_new_session=True)
+    announcements_fd, announce_fd = os.pipe()
+    announcements = integrity.Announcements(announcements_fd)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "glm_asr_lab.grading.grading_worker", json.dumps(dict(request, announce_fd=announce_fd))],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=scratch, env=env,
+            start_new_session=True, pass_fds=(announce_fd,))
+    finally:
+        os.close(announce_fd)  # the worker's copy is the only writer left: its end is the pipe's end
+    announcements.start()
     RUNNING.add(process)
     result = CappedReader(process.stdout, RESULT_LIMIT_BYTES, 0)
     log = CappedReader(process.stderr, LOG_HEAD_BYTES, LOG_TAIL_BYTES)
@@ -458,7 +467,9 @@ def run_worker(request: dict, scratch: Path, gpu: str | None, limit_s: int) -> W
     # A grandchild that left the process group could hold the pipes open: do not wait for it forever.
     result.join(timeout=10)
     log.join(timeout=10)
-    return WorkerOutcome(process.returncode, timed_out, time.monotonic() - started, result, log)
+    announcements.join(timeout=10)
+    return WorkerOutcome(process.returncode, timed_out, time.monotonic() - started, result, log,
+                         announcements.windows())
 
 
 def stop_group(process: subprocess.Popen):
@@ -474,8 +485,9 @@ def last_line(text: bytes) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def judge_outcome(outcome: WorkerOutcome, limit_s: int) -> dict:
-    """What the grader makes of a worker's end: DONE with its result, TIMEOUT or CRASH, with a note."""
+def judge_outcome(outcome: WorkerOutcome, limit_s: int, device: str) -> dict:
+    """What the grader makes of a worker's end: DONE with its result, TIMEOUT or CRASH, with a note; TAMPERED,
+    with its result and why, where its times cannot be believed (integrity.py: on ``device``, "cpu" or "cuda")."""
     notes = []
     if outcome.log.overflowed:
         notes.append(f"printed {outcome.log.total / 1e6:.1f} MB; its log keeps the first {LOG_HEAD_BYTES >> 10} kB "
@@ -493,7 +505,13 @@ def judge_outcome(outcome: WorkerOutcome, limit_s: int) -> dict:
         worker = class_report.validated_worker_result(json.loads(bytes(outcome.result.head)))
     except ValueError as error:
         return dict(record, status="CRASH", note=f"returned an invalid result ({error})")
-    return dict(record, status="DONE", note="; ".join(notes), worker=worker)
+    record.update(seen=outcome.seen, worker=worker)
+    problems = integrity.timing_problems(worker["e2e"], outcome.seen, device)
+    if worker["replaced"]:
+        problems.insert(0, f"replaced in its process: {', '.join(worker['replaced'])}")
+    if problems:
+        return dict(record, status="TAMPERED", note="; ".join(problems + notes))
+    return dict(record, status="DONE", note="; ".join(notes))
 
 
 def gpu_health(gpu: str | None) -> str:
@@ -548,11 +566,12 @@ def grade_task(plan: Plan, store: Store, task: Task, gpu: str | None) -> dict:
     before = store.watch(plan.judged_files)
     outcome = run_worker(worker_request(plan, task, root), scratch, gpu, plan.time_limit_s)
     after = store.watch(plan.judged_files)
-    record.update(judge_outcome(outcome, plan.time_limit_s), gpu_health=gpu_health(gpu))
+    record.update(judge_outcome(outcome, plan.time_limit_s, plan.device), gpu_health=gpu_health(gpu))
     changed = store.unexplained_changes(before, after)
     if changed:
-        record.update(status="TAMPERED", note=f"the worker changed {', '.join(changed[:3])}"
-                                              + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""))
+        record.update(status="TAMPERED", note="; ".join(filter(None, [
+            f"the worker changed {', '.join(changed[:3])}" + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""),
+            record["note"] if record["status"] == "TAMPERED" else ""])))
         store.put_back(changed)
     store.write(record["log"], outcome.log.text())
     store.write_result(task, record)
