@@ -140,7 +140,8 @@ def student_row(plan, task, records: dict) -> dict:
     record = records.get(task.name)
     row = {"student": task.name, "track": task.track or "", "status": "NOT RUN", "kernels_passed": "",
            "ids_equal_course_baseline": None, "ids_equal_transformers_fp32": None, "transcript_wer": None,
-           "time_ms": None, "time_std_ms": None, "timed_runs": None, "grader_clock_ms": None, "speedup_vs_course": None, "floor_share": None,
+           "time_ms": None, "time_std_ms": None, "timed_runs": None, "grader_clock_ms": None,
+           "speedup_vs_course": None, "floor_share": None,
            "correctness": "", "correct_and_faster": False, "note": "no result yet: run the grader again", "log": "",
            "report": "", "graded_seconds": None, "key": task.key, "kernels": {}}
     if record is None:
