@@ -29,7 +29,9 @@ fingerprinted before grading (files up to 64 MiB by content, larger ones, weight
 modification time), and the fingerprint is stored in every result. Around each worker the grader
 compares those files and its own output folder with what they were: a worker that changed one is
 TAMPERED, a changed output is put back (or removed, to be graded again), and a changed judged input
-stops the grading. Results are sealed with a key kept in the output folder (HMAC-SHA256), so that a
+stops the grading. A time is believed only where the grader's own clock, which the worker cannot
+reach, agrees with it; a worker whose timing was replaced, whose timed runs gave other ids, or that
+ran below the roofline floor, is TAMPERED too (integrity.py; docs/grading_integrity.md). Results are sealed with a key kept in the output folder (HMAC-SHA256), so that a
 result file another process rewrote is not believed. This is process isolation, not a security
 sandbox: the worker runs as the same user, with the same file system and network (README says how to
 run the grader in a container without a network).
@@ -434,8 +436,11 @@ def run_worker(request: dict, scratch: Path, gpu: str | None, limit_s: int) -> W
     everything it started (its own process group). Its announcements of its timed windows come on a
     pipe of their own, timestamped here as they arrive (integrity.py)."""
     (scratch / "tmp").mkdir(parents=True, exist_ok=True)
+    # Its caches in its scratch folder, none shared: the course baseline measures the device's peaks (the
+    # roofline floor) afresh, not from a cache in the user's home that an earlier submission could have written.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-               PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(scratch / "tmp"), TRITON_CACHE_DIR=str(scratch / "triton_cache"))
+               PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(scratch / "tmp"), TRITON_CACHE_DIR=str(scratch / "triton_cache"),
+               GLM_ASR_CACHE_DIR=str(scratch / "cache"))
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     started = time.monotonic()
@@ -446,6 +451,9 @@ def run_worker(request: dict, scratch: Path, gpu: str | None, limit_s: int) -> W
             [sys.executable, "-m", "glm_asr_lab.grading.grading_worker", json.dumps(dict(request, announce_fd=announce_fd))],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=scratch, env=env,
             start_new_session=True, pass_fds=(announce_fd,))
+    except BaseException:
+        os.close(announcements_fd)
+        raise
     finally:
         os.close(announce_fd)  # the worker's copy is the only writer left: its end is the pipe's end
     announcements.start()
