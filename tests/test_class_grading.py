@@ -117,13 +117,16 @@ def test_each_cheat_is_tampered_for_its_reason_and_keeps_its_correctness(graded)
         row = rows[kind]
         assert (row["correctness"], row["kernels_passed"], row["ids_equal_transformers_fp32"]) == ("PASS", "2/2", "yes")
         assert row["time_ms"] == row["speedup_vs_course"] == "" and row["correct_and_faster"] == "no"  # not believed
-        reasons = row["note"].split("; ")
-        assert (reasons.pop(0) == REPLACED.format(replaced)) if replaced else True, row["note"]
+        rest = row["note"]
+        if replaced:
+            assert rest.startswith(REPLACED.format(replaced)), rest
+            rest = rest[len(REPLACED.format(replaced)):].removeprefix("; ")
         if clock:  # a third of the time reported, by the grader's clock
             reported, seen = re.fullmatch(r"its check run reported ([\d.]+) ms; the grader's clock saw ([\d.]+) ms",
-                                          reasons.pop(0)).groups()
+                                          rest).groups()
             assert 0.25 < float(reported) / float(seen) < 0.4, row["note"]
-        assert reasons == [], row["note"]
+        else:
+            assert rest == "", row["note"]
 
 
 def test_honest_times_agree_with_the_grader_clock(graded):
