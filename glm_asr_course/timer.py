@@ -94,22 +94,6 @@ def time_launches(fn, device: str, *, warmup: int, repeats: int) -> tuple[list[f
     return time_repeats(fn, device, warmup=0, repeats=repeats, flush=True), "eager"
 
 
-def time_until_stable(fn, device: str, *, min_runs: int, max_runs: int, relative_error: float,
-                      time_cap_s: float) -> list[float]:
-    """ms of timed calls of ``fn`` (on a GPU each after an L2 flush), repeated until the standard
-    error of their mean is under ``relative_error`` of it (after at least ``min_runs``), or the calls
-    took ``time_cap_s`` in all, or ``max_runs`` ran: as many runs as the spread needs, within a cap."""
-    times, started = [], time.perf_counter()
-    while len(times) < max_runs:
-        times += time_repeats(fn, device, warmup=0, repeats=1, flush=True)
-        if len(times) < min_runs:
-            continue
-        standard_error = statistics.stdev(times) / len(times) ** 0.5
-        if standard_error <= relative_error * statistics.fmean(times) or time.perf_counter() - started > time_cap_s:
-            break
-    return times
-
-
 def spread(times: list[float]) -> dict:
     """Timed runs as a result's fields: the runs, their mean and standard deviation (0 for one run)."""
     return {"runs_ms": times, "mean_ms": statistics.fmean(times),

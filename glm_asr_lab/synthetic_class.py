@@ -17,6 +17,20 @@ Each kind is a folder SUBMISSIONS_DIR/KIND, made from the template with the exam
     tamper    layers.py overwrites the grader's grades.csv and the result of `correct` in --grading-dir
               at import (what a submission must not be able to do); the kernels are right
 
+The cheats: the kernels are right, and layers.py, at import, games the time (docs/grading_integrity.md
+says what catches each):
+
+    cheat_timer   the course timer's ms_between returns a third of the time
+    cheat_events  torch.cuda.Event.elapsed_time returns a third of the time (GPU timing only)
+    cheat_clock   time.perf_counter runs at a third of the speed (the CPU's timing)
+    cheat_quiet   as cheat_timer, and the grader's tripwires in the worker are made to see nothing
+    cheat_cache   the model's generate keeps each transcription's ids by the inputs' contents, and a
+                  later run with the same contents returns them without computing
+    cheat_stream  (GPU only; on a CPU an honest copy) the tripwires silenced, and after the check run
+                  and the warm-up, generate returns the warm-up's ids and queues GPU work as long as
+                  the warm-up on a side stream, which the timing events (on the current stream) do
+                  not see
+
 The tests (tests/test_class_grading.py) and the GPU check (utils/gpu_check.sh grade) grade these.
 """
 
@@ -31,7 +45,8 @@ from pathlib import Path
 from glm_asr_lab import make_template
 from glm_asr_lab.planted_bugs import PLANTED
 
-KINDS = ("correct", "wrong", "todo", "crash", "sleeper", "chatty", "tamper")
+CHEATS = ("cheat_timer", "cheat_events", "cheat_clock", "cheat_quiet", "cheat_cache", "cheat_stream")
+KINDS = ("correct", "wrong", "todo", "crash", "sleeper", "chatty", "tamper", *CHEATS)
 WRONG = ("gelu_kernel", "tanh approximation")
 TODO = ("silu_kernel", "layers")
 
@@ -46,6 +61,45 @@ AT_IMPORT = {
                '        (_Path({grading!r}) / _name).write_text("overwritten by a submission")\n'
                '    except OSError:\n'
                '        pass\n'),
+    "cheat_timer": ("import glm_asr_course.timer as _timer\n"
+                    "_ms_between = _timer.ms_between\n"
+                    "_timer.ms_between = lambda start, end: _ms_between(start, end) / 3\n"),
+    "cheat_events": ("_elapsed_time = torch.cuda.Event.elapsed_time\n"
+                     "torch.cuda.Event.elapsed_time = lambda self, end: _elapsed_time(self, end) / 3\n"),
+    "cheat_clock": ("import time as _time\n"
+                    "_perf_counter = _time.perf_counter\n"
+                    "_time.perf_counter = lambda: _perf_counter() / 3\n"),
+    "cheat_quiet": ("import glm_asr_course.timer as _timer\n"
+                    "from glm_asr_lab.grading import integrity as _integrity\n"
+                    "_ms_between = _timer.ms_between\n"
+                    "_timer.ms_between = lambda start, end: _ms_between(start, end) / 3\n"
+                    "_integrity.Tripwire.check = _integrity.Tripwire.check_model = lambda *args: None\n"),
+    "cheat_cache": ("import hashlib as _hashlib\n"
+                    "from glm_asr_course.model import engine as _engine\n"
+                    "_generate, _kept = _engine.GreedyModel.generate, dict()\n"
+                    "def _kept_generate(self, inputs, *args, **kwargs):\n"
+                    "    key = _hashlib.sha256(inputs.input_features.tobytes() + repr(args).encode()).hexdigest()\n"
+                    "    if key not in _kept:\n"
+                    "        _kept[key] = _generate(self, inputs, *args, **kwargs)\n"
+                    "    return _kept[key]\n"
+                    "_engine.GreedyModel.generate = _kept_generate\n"),
+    "cheat_stream": ("if torch.cuda.is_available():\n"
+                     "    import time as _time\n"
+                     "    from glm_asr_course.model import engine as _engine\n"
+                     "    from glm_asr_lab.grading import integrity as _integrity\n"
+                     "    _integrity.Tripwire.check = _integrity.Tripwire.check_model = lambda *args: None\n"
+                     "    _generate, _side, _computed = _engine.GreedyModel.generate, torch.cuda.Stream(), []\n"
+                     "    def _beside_generate(self, inputs, *args, **kwargs):\n"
+                     "        if len(_computed) < 2:  # the check run (it compiles) and the warm-up\n"
+                     "            started = _time.perf_counter()\n"
+                     "            ids = _generate(self, inputs, *args, **kwargs)\n"
+                     "            _computed.append((ids, _time.perf_counter() - started))\n"
+                     "            return ids\n"
+                     "        ids, seconds = _computed[-1]\n"
+                     "        with torch.cuda.stream(_side):\n"
+                     "            torch.cuda._sleep(int(seconds * 1.5e9))\n"
+                     "        return ids\n"
+                     "    _engine.GreedyModel.generate = _beside_generate\n"),
 }
 
 
@@ -81,7 +135,8 @@ def make_submission(out: Path, kind: str, track: str, grading_dir: str | None) -
         if kind == "tamper" and grading_dir is None:
             raise SystemExit("error: the tamper kind needs --grading-dir (the grader's --out)")
         layers = target / "layers.py"
-        layers.write_text(layers.read_text() + "\n" + AT_IMPORT[kind].format(grading=str(grading_dir)))
+        added = AT_IMPORT[kind].format(grading=str(grading_dir)) if kind == "tamper" else AT_IMPORT[kind]
+        layers.write_text(layers.read_text() + "\n" + added)
     return target
 
 

@@ -1,12 +1,14 @@
 """The class grader, ``./benchmark.sh --grade`` (glm_asr_lab/grading/class_grading.py), on a synthetic class.
 
-Seven student copies of the cuTile template (glm_asr_lab/synthetic_class.py): one correct, one with a subtly
-wrong kernel (GELU by the tanh approximation), one with a TODO left, one that raises at import, one
-that sleeps past --time-limit, one that prints megabytes, one that overwrites the grader's grades.csv
-and another student's result. Graded on the CPU (the cuTile emulator) with the tiny checkpoint, two new
-tokens and only the cases of the two kernels the class gets wrong (--cases; the grader's default is
-every case), they give seven rows: PASS, FAIL, TODO, CRASH, TIMEOUT, PASS with its log cut, TAMPERED
-with the overwritten files put back. A second run grades nothing (every submission hashes as before);
+Thirteen student copies of the cuTile template (glm_asr_lab/synthetic_class.py): one correct, one with a
+subtly wrong kernel (GELU by the tanh approximation), one with a TODO left, one that raises at import,
+one that sleeps past --time-limit, one that prints megabytes, one that overwrites the grader's
+grades.csv and another student's result, and six that game their time (the cheats). Graded on the CPU
+(the cuTile emulator) with the tiny checkpoint, two new tokens and only the cases of the two kernels
+the class gets wrong (--cases; the grader's default is every case), they give PASS, FAIL, TODO, CRASH,
+TIMEOUT, PASS with its log cut, TAMPERED with the overwritten files put back, and TAMPERED for each
+cheat for its own reason, its correctness kept (the side-stream cheat, GPU only, is an honest PASS
+here); an honest time agrees with the grader's clock. A second run grades nothing (every submission hashes as before);
 a removed result is graded again alone; an interrupt stops the workers and keeps what was graded.
 The same grading as a Slurm job array: tests/test_slurm.py. Bad input: one line, exit 2, here.
 """
@@ -14,6 +16,7 @@ The same grading as a Slurm job array: tests/test_slurm.py. Bad input: one line,
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -23,18 +26,25 @@ from pathlib import Path
 import pytest
 
 from glm_asr_course.errors import run_cli
-from glm_asr_lab.grading import class_grading
+from glm_asr_lab.grading import class_grading, integrity
 
 REPO = Path(__file__).resolve().parent.parent
 
 from glm_asr_lab import synthetic_class
 
-LIMIT_S = 60  # a correct submission takes ~10 s here, on a loaded machine a few times that
+LIMIT_S = 120  # a correct submission takes ~10 s here, on a loaded machine 40-50 s
 EXPECTED = {"correct": "PASS", "wrong": "FAIL", "todo": "TODO", "crash": "CRASH", "sleeper": "TIMEOUT",
-            "chatty": "PASS", "tamper": "TAMPERED"}
+            "chatty": "PASS", "tamper": "TAMPERED", "cheat_timer": "TAMPERED", "cheat_events": "TAMPERED",
+            "cheat_clock": "TAMPERED", "cheat_quiet": "TAMPERED", "cheat_cache": "TAMPERED", "cheat_stream": "PASS"}
+REPLACED = "replaced in its process: {} (after its import and its cases)"
+# What each cheat is caught by: the tripwire's name of what it replaced and whether the grader's clock
+# contradicts its time (on a CPU: the timer's clock; CUDA events and a cache have nothing to gain here).
+CAUGHT = {"cheat_timer": ("glm_asr_course.timer.ms_between", True), "cheat_events": ("torch.cuda.Event.elapsed_time", False),
+          "cheat_clock": ("time.perf_counter", True), "cheat_quiet": (None, True),
+          "cheat_cache": ("glm_asr_course.model.engine.GreedyModel.generate", False)}
 
 
-def grade(submissions, out, tiny_ckpt, clip, *extra, timeout=900):
+def grade(submissions, out, tiny_ckpt, clip, *extra, timeout=1800):
     command = [str(REPO / "benchmark.sh"), "--grade", str(submissions), "--out", str(out), "--model", str(tiny_ckpt),
                "--audio", str(clip), "--max-new-tokens", "2", "--time-limit", str(LIMIT_S),
                "--cases", "gelu_kernel,silu_kernel", *extra]
@@ -56,12 +66,12 @@ def graded(tmp_path_factory, tiny_ckpt, clips):
     return submissions, out, first, time.monotonic() - started
 
 
-def test_seven_submissions_give_seven_rows(graded):
+def test_thirteen_submissions_give_thirteen_rows(graded):
     _, out, result, _ = graded
     assert result.returncode == 0, result.stdout + result.stderr
     rows = table(out)
     assert {name: row["status"] for name, row in rows.items()} == EXPECTED, result.stdout
-    assert "7 students: 2 PASS, 1 FAIL, 1 TODO, 1 TIMEOUT, 1 CRASH, 1 TAMPERED" in result.stdout
+    assert "13 students: 3 PASS, 1 FAIL, 1 TODO, 1 TIMEOUT, 1 CRASH, 6 TAMPERED" in result.stdout
 
     correct = rows["correct"]
     assert correct["gelu_kernel"] == correct["silu_kernel"] == "PASS" and correct["rmsnorm_kernel"] == "-"
@@ -93,17 +103,48 @@ def test_a_submission_cannot_write_the_grades_or_another_result(graded):
     # The overwritten result was put back, sealed as the grader wrote it; the table is the grader's.
     stored = json.loads((out / "results" / "correct.json").read_text())
     assert stored["status"] == "DONE" and stored["task"] == "correct"
-    assert (out / "grades.csv").read_text().startswith("student,track,status,kernels_passed,")
+    assert (out / "grades.csv").read_text().startswith("student,track,status,correctness,kernels_passed,")
     # Each result records the fingerprint of what it was judged with (clip, checkpoint, case table, ...).
     plan = json.loads((out / "plan.json").read_text())
     assert stored["fingerprint"] == plan["fingerprint"]
     assert any(name.endswith("glm_asr_course/kernels/kernel_cases.py") for name in plan["judged_files"])
 
 
+def test_each_cheat_is_tampered_for_its_reason_and_keeps_its_correctness(graded):
+    _, out, _, _ = graded
+    rows = table(out)
+    for kind, (replaced, clock) in CAUGHT.items():
+        row = rows[kind]
+        assert (row["correctness"], row["kernels_passed"], row["ids_equal_transformers_fp32"]) == ("PASS", "2/2", "yes")
+        assert row["time_ms"] == row["speedup_vs_course"] == "" and row["correct_and_faster"] == "no"  # not believed
+        rest = row["note"]
+        if replaced:
+            assert rest.startswith(REPLACED.format(replaced)), rest
+            rest = rest[len(REPLACED.format(replaced)):].removeprefix("; ")
+        if clock:  # a third of the time reported, by the grader's clock
+            reported, seen = re.fullmatch(r"its check run reported ([\d.]+) ms; the grader's clock saw ([\d.]+) ms",
+                                          rest).groups()
+            assert 0.25 < float(reported) / float(seen) < 0.4, row["note"]
+        else:
+            assert rest == "", row["note"]
+
+
+def test_honest_times_agree_with_the_grader_clock(graded):
+    """An honest submission's reported time is what the grader's clock saw, less the pipe's and a
+    synchronisation's microseconds: the checks leave it as it was (docs/grading_integrity.md has
+    the same class graded before the checks existed)."""
+    _, out, _, _ = graded
+    for name in ("correct", "chatty", "cheat_stream"):
+        row = table(out)[name]
+        reported, seen = float(row["time_ms"]), float(row["grader_clock_ms"])
+        assert row["correctness"] == "PASS" and abs(seen - reported) < integrity.allowed_shortfall(seen), row
+
+
 def test_class_tables(graded):
     _, out, _, _ = graded
     markdown = (out / "grades.md").read_text()
-    assert "**7 students: 2 correct, " in markdown
+    assert "**13 students: 3 correct, " in markdown
+    assert "| cheat_timer | TAMPERED (otherwise PASS) | 2/2 |" in markdown
     assert "| student | status | kernels | ids = course | ids = transformers | time (ms) | vs course |" in markdown
     hard = markdown.split("## Kernels the class found hard")[1].split("## Times")[0]
     # Only the kernels whose cases ran, the one a student got wrong first, with the case it failed.
@@ -119,7 +160,7 @@ def test_second_run_skips_every_submission_by_hash(graded, tiny_ckpt, clips):
     started = time.monotonic()
     again = grade(submissions, out, tiny_ckpt, clips["short"])
     assert again.returncode == 0, again.stderr
-    assert "Grading 7 submissions" in again.stdout and ": 0 to run, 10 unchanged since their result" in again.stdout
+    assert "Grading 13 submissions" in again.stdout and ": 0 to run, 16 unchanged since their result" in again.stdout
     assert time.monotonic() - started < first_seconds / 3
     assert (out / "results" / "correct.json").read_text() == before
     assert {name: row["status"] for name, row in table(out).items()} == EXPECTED
@@ -129,7 +170,7 @@ def test_a_changed_or_missing_result_is_graded_again_alone(graded, tiny_ckpt, cl
     submissions, out, _, _ = graded
     (out / "results" / "crash.json").unlink()
     rerun = grade(submissions, out, tiny_ckpt, clips["short"])
-    assert ": 1 to run, 9 unchanged" in rerun.stdout and "[1/1] crash: CRASH" in rerun.stdout, rerun.stdout
+    assert ": 1 to run, 15 unchanged" in rerun.stdout and "[1/1] crash: CRASH" in rerun.stdout, rerun.stdout
 
 
 def test_an_interrupt_stops_the_workers_and_keeps_the_results(graded, tiny_ckpt, clips):

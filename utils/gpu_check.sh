@@ -22,7 +22,8 @@
 #             micro-benchmarks) and the grader's report: ./benchmark.sh on the filled Triton template with --compare
 #   grade     the class grader (./benchmark.sh --grade) on a synthetic class of each track
 #             (glm_asr_lab/synthetic_class.py: correct, a subtly wrong kernel, a TODO, a crash at import, one
-#             printing megabytes): GPU workers, CUDA-event timing, the GPU health check, the tables
+#             printing megabytes, and the six cheats, each to be TAMPERED): GPU workers, CUDA-event timing,
+#             the grader's clock and tripwires, the GPU health check, the tables; verdicts_TRACK.txt
 #   fastpath  the fast paths against their floor, each other and transformers (docs/performance.md, "Both
 #             fast paths to the speed of light"): measured peaks and floors, end to end per path and precision
 #             (glm_asr_lab/gpu/fastpath.py), the best plain PyTorch (glm_asr_scratch:compiled) in bf16 and tf32,
@@ -196,19 +197,25 @@ for part in "${PARTS[@]}"; do
             tar czf "$OUT_DIR/detailed.tgz" -C "$DETAILED" .
             ;;
         grade)
-            # Under 10 minutes on one H100 (2026-11-25: about 4.5 a track): the tiny checkpoint in IEEE fp32 (ids held to
-            # transformers'), 8 tokens, the cases of the two kernels the class gets wrong (model-size
-            # ones included). Each worker compiles its kernels afresh (its own Triton cache): that is
-            # most of its time.
+            # Under 10 minutes a track on one H100 (2026-11-25: about 4.5 for the first five kinds): the tiny checkpoint in
+            # IEEE fp32 (ids held to transformers'), 8 tokens, the cases of the two kernels the class gets
+            # wrong (model-size ones included). Each worker compiles its kernels afresh (its own Triton
+            # cache): that is most of its time. The cheat kinds (docs/grading_integrity.md) must each be
+            # TAMPERED, the honest ones not; verdicts.txt has every row's status, correctness and note.
             python3 -m glm_asr_course.reference.tiny_checkpoint /tmp/gpu_check_tiny >/dev/null
+            kinds=correct,wrong,todo,crash,chatty,$(python3 -c "from glm_asr_lab.synthetic_class import CHEATS; print(','.join(CHEATS))")
             for track in triton $(has_cutile && echo cutile); do
                 class=/tmp/gpu_check_class/$track
                 rm -rf "$class"
-                python3 -m glm_asr_lab.synthetic_class "$class/submissions" --track "$track" \
-                    --kinds correct,wrong,todo,crash,chatty >/dev/null
-                step "grade a synthetic $track class" 285 ./benchmark.sh --grade "$class/submissions" \
+                python3 -m glm_asr_lab.synthetic_class "$class/submissions" --track "$track" --kinds "$kinds" >/dev/null
+                step "grade a synthetic $track class" 570 ./benchmark.sh --grade "$class/submissions" \
                     --out "$class/grading" --model /tmp/gpu_check_tiny --precision fp32 --max-new-tokens 8 \
                     --cases gelu_kernel,silu_kernel --time-limit 200
+                step "verdicts of the $track class" 30 python3 -c 'import csv, sys
+for row in csv.DictReader(open(sys.argv[1])):
+    print(f"{row[\"student\"]:13} {row[\"status\"]:9} {row[\"correctness\"]:5} {row[\"time_ms\"]:>8} ms "
+          f"(grader clock {row[\"grader_clock_ms\"] or \"-\"}) {row[\"note\"][:240]}")' "$class/grading/grades.csv" \
+                    | tee "$OUT_DIR/verdicts_$track.txt"
                 cp "$class/grading/grades.md" "$OUT_DIR/grades_$track.md" 2>/dev/null
                 cp "$class/grading/grades.csv" "$OUT_DIR/grades_$track.csv" 2>/dev/null
                 cp "$class/grading/times.png" "$OUT_DIR/times_$track.png" 2>/dev/null

@@ -29,7 +29,9 @@ fingerprinted before grading (files up to 64 MiB by content, larger ones, weight
 modification time), and the fingerprint is stored in every result. Around each worker the grader
 compares those files and its own output folder with what they were: a worker that changed one is
 TAMPERED, a changed output is put back (or removed, to be graded again), and a changed judged input
-stops the grading. Results are sealed with a key kept in the output folder (HMAC-SHA256), so that a
+stops the grading. A time is believed only where the grader's own clock, which the worker cannot
+reach, agrees with it; a worker whose timing was replaced, whose timed runs gave other ids, or that
+ran below the roofline floor, is TAMPERED too (integrity.py; docs/grading_integrity.md). Results are sealed with a key kept in the output folder (HMAC-SHA256), so that a
 result file another process rewrote is not believed. This is process isolation, not a security
 sandbox: the worker runs as the same user, with the same file system and network (README says how to
 run the grader in a container without a network).
@@ -66,13 +68,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from glm_asr_course.errors import UserError, run_cli
-from glm_asr_lab.grading import class_report, slurm
+from glm_asr_lab.grading import class_report, integrity, slurm
 from glm_asr_course.command_line import (ArgumentParser, add_common_args, expected_text, positive_int, refuse_interpreted_full_size,
                            resolve_device)
 from glm_asr_course.tracks import REPO_ROOT, declared_language
 
 TRACKS = ("triton", "cutile")
-# A file only one track's folders have: how a submission's track is told without importing it.
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 MAX_SUBMISSION_BYTES = 100 << 20  # a student's folder is a few hundred kB; more is a mistake or a bomb
 RESULT_LIMIT_BYTES = 8 << 20  # a worker's result: ~60 kernel rows and a few hundred ids
@@ -273,11 +274,14 @@ def signature(path: Path) -> str | None:
 
 def judged_files(clip: Path, model_dir: Path | None) -> list[str]:
     """The files a submission is judged with: the clip, the checkpoint, glm_asr_course (the case table
-    and its tolerances, this grader), the examples (the baselines, the TODO stand-ins' references)."""
+    and its tolerances, the model, the timer), glm_asr_lab (this grader, its worker, the roofline floor),
+    cutile_emulator (what runs cuTile kernels on a CPU), the examples (the baselines, the TODO
+    stand-ins' references)."""
     files = [clip]
     if model_dir is not None:
         files += sorted(p for p in model_dir.rglob("*") if p.is_file())
-    files += sorted((REPO_ROOT / "glm_asr_course").rglob("*.py"))
+    for package in ("glm_asr_course", "glm_asr_lab", "cutile_emulator"):
+        files += sorted((REPO_ROOT / package).rglob("*.py"))
     for track in TRACKS:
         files += sorted(p for p in (REPO_ROOT / f"glm_asr_{track}_example").rglob("*")
                         if p.is_file() and is_source_file(p.relative_to(REPO_ROOT).as_posix()))
@@ -422,20 +426,35 @@ class WorkerOutcome:
     seconds: float
     result: CappedReader
     log: CappedReader
+    seen: dict  # the windows of its check run and timed runs on this process's clock (integrity.Announcements)
 
 
 def run_worker(request: dict, scratch: Path, gpu: str | None, limit_s: int) -> WorkerOutcome:
     """Start grading_worker on ``request`` in ``scratch``, wait at most ``limit_s``, then stop it and
-    everything it started (its own process group)."""
+    everything it started (its own process group). Its announcements of its timed windows come on a
+    pipe of their own, timestamped here as they arrive (integrity.py)."""
     (scratch / "tmp").mkdir(parents=True, exist_ok=True)
+    # Its caches in its scratch folder, none shared: the course baseline measures the device's peaks (the
+    # roofline floor) afresh, not from a cache in the user's home that an earlier submission could have written.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-               PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(scratch / "tmp"), TRITON_CACHE_DIR=str(scratch / "triton_cache"))
+               PYTHONDONTWRITEBYTECODE="1", TMPDIR=str(scratch / "tmp"), TRITON_CACHE_DIR=str(scratch / "triton_cache"),
+               GLM_ASR_CACHE_DIR=str(scratch / "cache"))
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     started = time.monotonic()
-    process = subprocess.Popen([sys.executable, "-m", "glm_asr_lab.grading.grading_worker", json.dumps(request)],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=scratch,
-                               env=env, start_new_session=True)
+    announcements_fd, announce_fd = os.pipe()
+    announcements = integrity.Announcements(announcements_fd)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "glm_asr_lab.grading.grading_worker", json.dumps(dict(request, announce_fd=announce_fd))],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=scratch, env=env,
+            start_new_session=True, pass_fds=(announce_fd,))
+    except BaseException:
+        os.close(announcements_fd)
+        raise
+    finally:
+        os.close(announce_fd)  # the worker's copy is the only writer left: its end is the pipe's end
+    announcements.start()
     RUNNING.add(process)
     result = CappedReader(process.stdout, RESULT_LIMIT_BYTES, 0)
     log = CappedReader(process.stderr, LOG_HEAD_BYTES, LOG_TAIL_BYTES)
@@ -454,7 +473,9 @@ def run_worker(request: dict, scratch: Path, gpu: str | None, limit_s: int) -> W
     # A grandchild that left the process group could hold the pipes open: do not wait for it forever.
     result.join(timeout=10)
     log.join(timeout=10)
-    return WorkerOutcome(process.returncode, timed_out, time.monotonic() - started, result, log)
+    announcements.join(timeout=10)
+    return WorkerOutcome(process.returncode, timed_out, time.monotonic() - started, result, log,
+                         announcements.windows())
 
 
 def stop_group(process: subprocess.Popen):
@@ -470,8 +491,9 @@ def last_line(text: bytes) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def judge_outcome(outcome: WorkerOutcome, limit_s: int) -> dict:
-    """What the grader makes of a worker's end: DONE with its result, TIMEOUT or CRASH, with a note."""
+def judge_outcome(outcome: WorkerOutcome, limit_s: int, device: str) -> dict:
+    """What the grader makes of a worker's end: DONE with its result, TIMEOUT or CRASH, with a note; TAMPERED,
+    with its result and why, where its times cannot be believed (integrity.py: on ``device``, "cpu" or "cuda")."""
     notes = []
     if outcome.log.overflowed:
         notes.append(f"printed {outcome.log.total / 1e6:.1f} MB; its log keeps the first {LOG_HEAD_BYTES >> 10} kB "
@@ -489,7 +511,13 @@ def judge_outcome(outcome: WorkerOutcome, limit_s: int) -> dict:
         worker = class_report.validated_worker_result(json.loads(bytes(outcome.result.head)))
     except ValueError as error:
         return dict(record, status="CRASH", note=f"returned an invalid result ({error})")
-    return dict(record, status="DONE", note="; ".join(notes), worker=worker)
+    record.update(seen=outcome.seen, worker=worker)
+    problems = integrity.timing_problems(worker["e2e"], outcome.seen, device)
+    if worker["replaced"]:
+        problems.insert(0, f"replaced in its process: {', '.join(worker['replaced'])}")
+    if problems:
+        return dict(record, status="TAMPERED", note="; ".join(problems + notes))
+    return dict(record, status="DONE", note="; ".join(notes))
 
 
 def gpu_health(gpu: str | None) -> str:
@@ -544,11 +572,12 @@ def grade_task(plan: Plan, store: Store, task: Task, gpu: str | None) -> dict:
     before = store.watch(plan.judged_files)
     outcome = run_worker(worker_request(plan, task, root), scratch, gpu, plan.time_limit_s)
     after = store.watch(plan.judged_files)
-    record.update(judge_outcome(outcome, plan.time_limit_s), gpu_health=gpu_health(gpu))
+    record.update(judge_outcome(outcome, plan.time_limit_s, plan.device), gpu_health=gpu_health(gpu))
     changed = store.unexplained_changes(before, after)
     if changed:
-        record.update(status="TAMPERED", note=f"the worker changed {', '.join(changed[:3])}"
-                                              + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""))
+        record.update(status="TAMPERED", note="; ".join(filter(None, [
+            f"the worker changed {', '.join(changed[:3])}" + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""),
+            record["note"] if record["status"] == "TAMPERED" else ""])))
         store.put_back(changed)
     store.write(record["log"], outcome.log.text())
     store.write_result(task, record)

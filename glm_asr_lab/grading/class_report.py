@@ -13,10 +13,14 @@ the case table, the check run's ids and text, the timed runs. Status:
     FAIL      a case over its limit (or raising), a model run that raised, or ids / transcript wrong
     TODO      a kernel still a template stand-in, nothing wrong
     TIMEOUT   stopped at --time-limit;  CRASH: the worker died, or the submission could not be read
-    TAMPERED  its worker changed a file it is judged with or one of the grader's
+    TAMPERED  its worker changed a file it is judged with or one of the grader's, or its times cannot be
+              believed (integrity.py: the grader's clock contradicts them, what times it was replaced,
+              a timed run's ids are not its check run's, or a run beat the roofline floor); its
+              correctness (the column of that name) is kept, and it is never counted faster
     NOT RUN   no result yet (an interrupted run, a Slurm task that has not written one)
 
-Times are in the table only for submissions whose every case passed (nothing wrong is timed).
+Times are in the table only for submissions whose every case passed (nothing wrong is timed) and
+that were not TAMPERED (their times are not believed).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 
 from glm_asr_course.model.course_model import COURSE_KERNELS
-from glm_asr_lab.grading import compare_report
+from glm_asr_lab.grading import compare_report, integrity
 from glm_asr_course.verdict import IdsCheck, transcript_status
 
 STATUS_ORDER = ("PASS", "FAIL", "TODO", "TIMEOUT", "CRASH", "TAMPERED", "NOT RUN")
@@ -60,7 +64,13 @@ def validated_worker_result(data) -> dict:
         ids = e2e.get("token_ids")
         need(isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ids), "token ids")
         need(_numbers(e2e.get("runs_ms"), positive=True) and _numbers([e2e.get("check_ms")]), "run times")
+        run_ids = e2e.get("run_ids")
+        need(isinstance(run_ids, list) and len(run_ids) == len(e2e["runs_ms"]) and all(
+            isinstance(r, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in r) for r in run_ids),
+            "the timed runs' ids")
         need(isinstance(e2e.get("transcription"), str), "transcription")
+    need(isinstance(data.get("replaced"), list) and all(isinstance(r, str) for r in data["replaced"]),
+         "what was replaced")
     rows = data.get("rows")
     need(rows is None or isinstance(rows, list) and all(
         isinstance(r, dict) and all(isinstance(r.get(k), t) for k, t in ROW_TYPES.items())
@@ -130,8 +140,9 @@ def student_row(plan, task, records: dict) -> dict:
     record = records.get(task.name)
     row = {"student": task.name, "track": task.track or "", "status": "NOT RUN", "kernels_passed": "",
            "ids_equal_course_baseline": None, "ids_equal_transformers_fp32": None, "transcript_wer": None,
-           "time_ms": None, "time_std_ms": None, "timed_runs": None, "speedup_vs_course": None, "floor_share": None,
-           "correct_and_faster": False, "note": "no result yet: run the grader again", "log": "",
+           "time_ms": None, "time_std_ms": None, "timed_runs": None, "grader_clock_ms": None,
+           "speedup_vs_course": None, "floor_share": None,
+           "correctness": "", "correct_and_faster": False, "note": "no result yet: run the grader again", "log": "",
            "report": "", "graded_seconds": None, "key": task.key, "kernels": {}}
     if record is None:
         return row
@@ -177,17 +188,23 @@ def student_row(plan, task, records: dict) -> dict:
             notes.append(f"the model run stopped at {e2e['unwritten_kernel']}, a TODO")
     else:
         status = "PASS"
-    row["status"] = "TAMPERED" if record["status"] == "TAMPERED" else status
-    row["note"] = "; ".join(notes)
+    row["correctness"] = status
     measured = timed(e2e)
+    floor = floor_of(records, task.track, len(e2e["token_ids"])) if e2e["status"] == "RUN" else None
+    beat_floor = integrity.below_floor(e2e["runs_ms"], floor["floor_ms"]) if measured and floor else ""
+    if beat_floor:
+        notes.append(beat_floor)
+    row["status"] = "TAMPERED" if record["status"] == "TAMPERED" or beat_floor else status
+    row["note"] = "; ".join(notes)
     faster = False
-    if measured:
+    if measured and row["status"] != "TAMPERED":
         row["time_ms"], row["time_std_ms"], row["timed_runs"] = measured
+        seen = record["seen"]["runs"] or [record["seen"]["check"]]  # on a CPU the check run is the timed run
+        row["grader_clock_ms"] = statistics.fmean(seen)
         base = timed(baseline["e2e"]) if baseline else None
         if base:
             row["speedup_vs_course"] = base[0] / measured[0]
             faster = clearly_faster(measured, base)
-        floor = floor_of(records, task.track, len(e2e["token_ids"]))
         if floor:
             row["floor_share"] = floor["floor_ms"] / measured[0]
     row["correct_and_faster"] = row["status"] == "PASS" and faster
@@ -287,25 +304,26 @@ def _ms(value) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
-CSV_COLUMNS = ["student", "track", "status", "kernels_passed", "ids_equal_course_baseline",
-               "ids_equal_transformers_fp32", "transcript_wer", "time_ms", "time_std_ms", "timed_runs",
+CSV_COLUMNS = ["student", "track", "status", "correctness", "kernels_passed", "ids_equal_course_baseline",
+               "ids_equal_transformers_fp32", "transcript_wer", "time_ms", "time_std_ms", "timed_runs", "grader_clock_ms",
                "speedup_vs_course", "floor_share", "correct_and_faster", "note", "report", "log", "graded_seconds", "key"]
 
 
 def grades_csv(rows: list[dict], kernels: list[str]) -> str:
     text = io.StringIO()
     writer = csv.writer(text)
-    writer.writerow(CSV_COLUMNS[:4] + kernels + CSV_COLUMNS[4:])
+    writer.writerow(CSV_COLUMNS[:5] + kernels + CSV_COLUMNS[5:])
     for row in rows:
         values = {k: row[k] for k in CSV_COLUMNS}
         values.update({k: _yes(row[k]) for k in ("ids_equal_course_baseline", "ids_equal_transformers_fp32",
                                                   "correct_and_faster")})
         values.update(time_ms=_ms(row["time_ms"]), time_std_ms=_ms(row["time_std_ms"]),
+                      grader_clock_ms=_ms(row["grader_clock_ms"]),
                       speedup_vs_course="" if row["speedup_vs_course"] is None else f"{row['speedup_vs_course']:.3f}",
                       floor_share="" if row["floor_share"] is None else f"{row['floor_share']:.4g}",
                       transcript_wer="" if row["transcript_wer"] is None else f"{row['transcript_wer']:.3f}")
-        writer.writerow([values[c] for c in CSV_COLUMNS[:4]] + [row["kernels"].get(k, "") for k in kernels]
-                        + [values[c] if values[c] is not None else "" for c in CSV_COLUMNS[4:]])
+        writer.writerow([values[c] for c in CSV_COLUMNS[:5]] + [row["kernels"].get(k, "") for k in kernels]
+                        + [values[c] if values[c] is not None else "" for c in CSV_COLUMNS[5:]])
     return text.getvalue()
 
 
@@ -432,7 +450,9 @@ def markdown(plan, rows: list[dict], records: dict, rates: list[dict], tracks: l
         floor = "" if row["floor_share"] is None else f"{row['floor_share'] * 100:.2g} %"
         report = f"[report]({row['report']})" if row["report"] else ""
         note = row["note"].replace("|", "\\|")
-        lines.append(f"| {row['student']} | {row['status']} | {row['kernels_passed']} "
+        status = f"{row['status']} (otherwise {row['correctness']})" if row["status"] == "TAMPERED" and row["correctness"] \
+            else row["status"]
+        lines.append(f"| {row['student']} | {status} | {row['kernels_passed']} "
                      f"| {_yes(row['ids_equal_course_baseline'])} | {_yes(row['ids_equal_transformers_fp32'])} "
                      f"| {time_cell} | {speed} | {floor} | {note} | {report} |")
     lines += ["", "## Kernels the class found hard", "",
@@ -449,13 +469,17 @@ def markdown(plan, rows: list[dict], records: dict, rates: list[dict], tracks: l
               "end to end); bars: one standard deviation. Lines: the course baseline and the fast path of the "
               "example, transformers, and the roofline floor (the slower of the transcription's FLOPs at the "
               "measured matmul peak and its bytes at the measured copy bandwidth).", "",
+              "Status TAMPERED: the note says why (docs/grading_integrity.md); the correctness it would have had is "
+              "in brackets, and it is never counted faster. "
               "Columns: kernels = course kernels passing every case / run; ids = course: the check run's ids equal the "
               "course baseline's; ids = transformers: equal transformers' IEEE fp32 ids; time: mean ± standard "
               "deviation (timed runs); vs course: the course baseline's time over the student's (above 1: faster; "
               "the summary's count takes a student as faster only beyond twice the standard error of the two "
               "means' difference); "
               "floor share: the roofline floor over the student's time. grades.csv has every column, one per kernel "
-              "(PASS, FAIL with the worst error and its limit, TODO, - not run), and the log and key of each row."]
+              "(PASS, FAIL with the worst error and its limit, TODO, - not run), correctness, grader_clock_ms (the timed "
+              "runs' mean on the grader's own clock, which each reported time must agree with) and the log and key "
+              "of each row."]
     return "\n".join(lines) + "\n"
 
 

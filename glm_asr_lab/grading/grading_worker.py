@@ -12,8 +12,8 @@ the end. A worker that dies returns nothing, which the grader reads as a CRASH.
 The request (one JSON argument) names the track folder, its track, and where it lies (``root``: the
 scratch copy; None for the course's example, the baselines), the path to run ("course", "fast", or
 "transformers" for transformers' model), the benchmark options every submission shares (the clip,
-checkpoint, precision, device and token limits, parsed as benchmark.sh parses them), and the case
-subset.
+checkpoint, precision, device and token limits, parsed as benchmark.sh parses them), the case
+subset, and the file descriptor of the pipe on which it announces its timed windows (integrity.py).
 
 What it does, in this order, so that correctness is known before anything is timed:
 
@@ -21,7 +21,10 @@ What it does, in this order, so that correctness is known before anything is tim
    course kernels (course_model.COURSE_KERNELS), not the copy's own STUDENT_KERNELS (which a
    student could shorten); a kernel that raises is a FAIL row, an unwritten one a TODO row.
 2. check run: one transcription; its ids and text, for the grader to compare with the baselines'.
-3. timing (time_transcriptions), only when every case passed and the check run finished.
+3. timing (time_transcriptions), only when every case passed and the check run finished: each run's
+   time and ids. The check run and each timed run are announced to the grader as they start and end,
+   and what times them is watched for replacement (integrity.py), from before the submission's code
+   is imported to the end: the grader believes a time only where its own clock agrees.
 4. for the course baseline (``roofline``): the device's measured peaks and the roofline floor of a
    transcription of every length up to --max-new-tokens, for every submission's share of the floor.
 """
@@ -35,6 +38,8 @@ import signal
 import statistics
 import sys
 
+from glm_asr_lab.grading import integrity
+
 # A file the worker writes may not exceed this (a student's runaway output file stops with an error
 # instead of filling the disk); the caches and compiled kernels it writes are far smaller.
 MAX_FILE_BYTES = 1 << 30
@@ -45,23 +50,53 @@ MAX_FILE_BYTES = 1 << 30
 MIN_RUNS, MAX_RUNS, TARGET_RELATIVE_ERROR, TIME_CAP_S = 3, 50, 0.01, 30.0
 
 
-def time_transcriptions(generate, device: str, check_ms: float) -> tuple[list[float], str]:
-    """The timed runs (ms) of ``generate`` (one whole transcription) and how they were timed.
+def time_transcriptions(generate, inputs, announce) -> tuple[list[float], list[list[int]], str]:
+    """The timed runs of ``generate`` (one whole transcription of a fresh copy of ``inputs``, its ids
+    returned): their ms, their ids, and how they were timed. GPU only: on a CPU the check run is the one run.
 
-    On a GPU: one warm-up beyond the check run (which compiled the kernels), then runs between CUDA
-    events, each after an L2 flush (measure.timer) so that no run starts with the previous one's
-    weights cached, until the mean is known to TARGET_RELATIVE_ERROR or the cap. On a CPU, where the
-    kernels run in an interpreter or emulator and a run takes seconds, the check run is the one run."""
-    if device != "cuda":
-        return [check_ms], "CPU: the check run, host clock; interpreter or emulator times say nothing of a GPU"
+    One warm-up beyond the check run (which compiled the kernels), then runs between CUDA events, each
+    after an L2 flush so that no run starts with the previous one's weights cached, until the mean is
+    known to TARGET_RELATIVE_ERROR or the cap (timed_runs). Each run is announced (integrity.py) and
+    gets its own copy of the inputs, made beforehand, so that a result kept by the inputs' identity
+    from an earlier run does not fit."""
+    import copy
 
-    from glm_asr_course.timer import time_until_stable
+    copies = [copy.deepcopy(inputs) for _ in range(MAX_RUNS + 1)]
+    generate(copies.pop())
+    ids = []
+    runs = timed_runs(lambda: ids.append(generate(copies.pop())), announce)
+    return runs, ids, (f"CUDA events, L2 flushed before each run, 1 warm-up, {len(runs)} runs (until the standard "
+                       f"error is under {TARGET_RELATIVE_ERROR:.0%} of the mean, or {TIME_CAP_S:g} s of runs)")
 
-    generate()
-    runs = time_until_stable(generate, "cuda", min_runs=MIN_RUNS, max_runs=MAX_RUNS,
-                             relative_error=TARGET_RELATIVE_ERROR, time_cap_s=TIME_CAP_S)
-    return runs, (f"CUDA events, L2 flushed before each run, 1 warm-up, {len(runs)} runs (until the standard error "
-                  f"is under {TARGET_RELATIVE_ERROR:.0%} of the mean, or {TIME_CAP_S:g} s of runs)")
+
+def timed_runs(run, announce) -> list[float]:
+    """ms of calls of ``run`` (GPU), each after an L2 flush, repeated until the standard error of their
+    mean is under TARGET_RELATIVE_ERROR of it (after at least MIN_RUNS), or TIME_CAP_S, or MAX_RUNS.
+    Each call is announced before its start mark and after the whole device (every stream) finished it."""
+    import time
+
+    import torch
+
+    from glm_asr_course import timer
+
+    flush = torch.empty(timer.L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    torch.cuda.synchronize()
+    runs, started = [], time.perf_counter()
+    while len(runs) < MAX_RUNS:
+        flush.zero_()  # queued ahead of the start mark: the GPU is still flushing when the run's launches arrive
+        announce("start run")
+        start = timer.mark("cuda")
+        run()
+        end = timer.mark("cuda")
+        torch.cuda.synchronize()
+        announce("end run")
+        runs.append(timer.ms_between(start, end))
+        if len(runs) < MIN_RUNS:
+            continue
+        standard_error = statistics.stdev(runs) / len(runs) ** 0.5
+        if standard_error <= TARGET_RELATIVE_ERROR * statistics.fmean(runs) or time.perf_counter() - started > TIME_CAP_S:
+            break
+    return runs
 
 
 def run_cases(folder: str, track_name: str, subset: list[str] | None) -> list[dict]:
@@ -69,13 +104,15 @@ def run_cases(folder: str, track_name: str, subset: list[str] | None) -> list[di
     from glm_asr_course.model.course_model import COURSE_KERNELS
     from glm_asr_lab.grading.compare_report import kernel_rows
 
-    track = self_check.load_track(folder)
+    track = self_check.load_track(folder)  # imports a scratch copy by spec (tracks.import_folder)
     track.student_kernels = COURSE_KERNELS
     return kernel_rows(track, subset)
 
 
-def check_and_time(session, path: str, time_it: bool) -> dict:
-    """The check run and, when ``time_it``, the timed runs; what stopped them, if anything did."""
+def check_and_time(session, path: str, time_it: bool, announce, tripwire) -> dict:
+    """The check run and, when ``time_it``, the timed runs (on a CPU the check run is the one timed run);
+    what stopped them, if anything did. Both are announced (integrity.py); the tripwire looks after the
+    model is loaded, after the check run and after the timed runs."""
     from glm_asr_course.kernels import todo_kernels
     from glm_asr_course.kernels.self_check import one_line
     from glm_asr_course.model.frontend import decode
@@ -90,15 +127,25 @@ def check_and_time(session, path: str, time_it: bool) -> dict:
                                     ckpt.config, session.device, session.precision)
         else:
             load_track_model(session)
+        tripwire.check_model(session.model, path, "after the model was loaded")
+        announce("start check")
         check_ms, ids = timed_generate(session.model, session.inputs, session.options, session.device)
+        announce("end check")
+        tripwire.check("after the check run")
         print(f"Check run: {check_ms:.1f} ms, {len(ids)} tokens", flush=True)
         run = {"status": "RUN", "token_ids": ids, "transcription": decode(session.checkpoint.processor, ids),
-               "check_ms": check_ms, "runs_ms": [], "timing": "not timed: a case did not pass"}
-        if time_it:
-            run["runs_ms"], run["timing"] = time_transcriptions(
-                lambda: session.model.generate(session.inputs, session.options.max_new_tokens,
-                                               session.options.min_new_tokens),
-                session.device, check_ms)
+               "check_ms": check_ms, "runs_ms": [], "run_ids": [], "timing": "not timed: a case did not pass"}
+        if time_it and session.device != "cuda":
+            run.update(runs_ms=[check_ms], run_ids=[ids],
+                       timing="CPU: the check run, host clock; interpreter or emulator times say nothing of a GPU")
+        elif time_it:
+            run["runs_ms"], run["run_ids"], run["timing"] = time_transcriptions(
+                lambda inputs: session.model.generate(inputs, session.options.max_new_tokens,
+                                                      session.options.min_new_tokens)[0],
+                session.inputs, announce)
+            tripwire.check("after the timed runs")
+            tripwire.check_model(session.model, path, "after the timed runs")
+        if run["runs_ms"]:
             print(f"Timed: {statistics.fmean(run['runs_ms']):.1f} ms ({run['timing']})", flush=True)
         return run
     except todo_kernels.KernelTodo as todo:
@@ -122,12 +169,16 @@ def grade(request: dict) -> dict:
     use_device(resolve_device(options.device))  # before the track's kernel language is imported
     if request["root"]:
         add_track_root(request["root"])
+    tripwire = integrity.Tripwire(sys.modules[__name__])  # before any code of the submission is imported
+    announce = integrity.Announcer(request["announce_fd"])
     result = {"rows": None, "floors": None, "peaks": None}
     if path == "course":
         result["rows"] = run_cases(folder, request["track"], request["cases"])
+        tripwire.check("after its import and its cases")
     session = prepare_session(options, folder)
     passed = all(row["status"] == "PASS" for row in result["rows"] or [])
-    result["e2e"] = check_and_time(session, path, time_it=passed)
+    result["e2e"] = check_and_time(session, path, passed, announce, tripwire)
+    result["replaced"] = tripwire.replaced()
     result["header"] = run_header(session)
     result["random_weights"] = session.checkpoint.random_weights
     if path == "transformers":
