@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from glm_asr_course.kernels import self_check
+from glm_asr_course.tracks import add_track_root
 from glm_asr_lab.planted_bugs import PLANTED
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,13 +25,13 @@ from glm_asr_lab import make_template
 
 @pytest.fixture(scope="module")
 def planted_root(tmp_path_factory):
-    """A folder on sys.path holding one filled copy of each track, the source of every planted copy."""
+    """A folder of track folders (tracks.add_track_root) holding one filled copy of each track, the source of
+    every planted copy."""
     root = tmp_path_factory.mktemp("planted")
     for track in PLANTED:
         assert make_template.main(["--track", track, "--filled", str(root), "--package", f"planted_{track}"]) == 0
-    sys.path.insert(0, str(root))
-    yield root
-    sys.path.remove(str(root))
+    add_track_root(root)
+    return root
 
 
 def plant(root: Path, track: str, index: int, bug) -> str:

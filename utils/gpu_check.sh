@@ -76,6 +76,14 @@ step() {  # step NAME SECONDS COMMAND...
     echo "=== $name exit ${PIPESTATUS[0]}" | tee -a "$LOG"
 }
 
+# One line a student of a graded class: status, correctness, time, the grader's own clock, the note.
+VERDICTS='import csv, sys
+for row in csv.DictReader(open(sys.argv[1])):
+    student, status, correctness, ms, clock, note = (row[key] for key in (
+        "student", "status", "correctness", "time_ms", "grader_clock_ms", "note"))
+    clock = clock or "-"
+    print(f"{student:13} {status:9} {correctness:5} {ms:>8} ms (grader clock {clock}) {note[:240]}")'
+
 # The benchmark as the graders run it: the test clip, 13 tokens, full-size random weights.
 BENCH_ARGS=(--random-weights --min-new-tokens 13 --max-new-tokens 13 --warmup 2 --runs 10)
 
@@ -214,10 +222,7 @@ for part in "${PARTS[@]}"; do
                 step "grade a synthetic $track class" 570 ./benchmark.sh --grade "$class/submissions" \
                     --out "$class/grading" --model /tmp/gpu_check_tiny --precision fp32 --max-new-tokens 8 \
                     --cases gelu_kernel,silu_kernel --time-limit 200
-                step "verdicts of the $track class" 30 python3 -c 'import csv, sys
-for row in csv.DictReader(open(sys.argv[1])):
-    print(f"{row[\"student\"]:13} {row[\"status\"]:9} {row[\"correctness\"]:5} {row[\"time_ms\"]:>8} ms "
-          f"(grader clock {row[\"grader_clock_ms\"] or \"-\"}) {row[\"note\"][:240]}")' "$class/grading/grades.csv" \
+                step "verdicts of the $track class" 30 python3 -c "$VERDICTS" "$class/grading/grades.csv" \
                     | tee "$OUT_DIR/verdicts_$track.txt"
                 cp "$class/grading/grades.md" "$OUT_DIR/grades_$track.md" 2>/dev/null
                 cp "$class/grading/grades.csv" "$OUT_DIR/grades_$track.csv" 2>/dev/null

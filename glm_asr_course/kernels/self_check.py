@@ -44,7 +44,7 @@ from glm_asr_course.model import launch_contracts
 from glm_asr_course.model.course_model import TrackOps, track_ops
 from glm_asr_course.kernels.kernel_cases import CASES, Close, Inputs, Verdict
 from glm_asr_course.runtimes import triton_interpreter
-from glm_asr_course.tracks import import_folder, kernel_language, track_directory, track_name
+from glm_asr_course.tracks import add_track_root, import_folder, kernel_language, track_directory, track_name
 
 # The SelfChecks made inside recording_checks' block, in this context (a report's run of a kernel file's
 # self-check), or None outside one.
@@ -307,6 +307,7 @@ def run_case(check: SelfCheck, track: Track, case) -> CheckRow:
 def package_module(script: str):
     """The module of a kernel file run as a script, imported afresh as part of its track folder."""
     path = Path(script).resolve()
+    add_track_root(path.parent.parent)  # the file's own folder is the track, wherever it lies
     import_folder(path.parent.name)
     return importlib.import_module(f"{path.parent.name}.{path.stem}")
 
@@ -316,6 +317,7 @@ def main(script: str, argv=None) -> int:
     glue.py): its cases, or those of the kernels or operations named on the command line; exits 1
     unless every row passed."""
     path = Path(script).resolve()
+    add_track_root(path.parent.parent)  # the file's own folder is the track, wherever it lies
     track = load_track(path.parent.name)
     in_file = list(dict.fromkeys(c.kernel for c in CASES if c.file == path.stem and applies(c, track)))
     parser = argparse.ArgumentParser(prog=f"python {path.parent.name}/{path.name}",
