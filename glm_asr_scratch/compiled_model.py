@@ -11,10 +11,12 @@ What a skilled PyTorch user writes before writing kernels: the yardstick every f
   - a static, preallocated KV cache (engine.DecodeState), written at slots that a device counter gives,
     so every decode step launches the same kernels;
   - the prompt phase and each decode step captured once as a CUDA graph and replayed (engine.GreedyModel);
-  - on a GPU, each encoder and each decoder layer compiled by torch.compile in mode
-    "max-autotune-no-cudagraphs" (Triton GEMM templates autotuned against cuBLAS; norms, RoPE and
-    activations fused; the CUDA graphs are the engine's own). The layers of one kind share one compiled
-    graph per input shape, so compiling costs one layer of each kind per shape.
+  - on a GPU, each encoder and each decoder layer compiled by torch.compile in its default mode (norms,
+    RoPE and activations fused; GEMMs stay cuBLAS; the CUDA graphs are the engine's own). The layers of
+    one kind share one compiled graph per input shape, so compiling costs one layer of each kind per
+    shape. GLM_ASR_COMPILE_MODE=max-autotune-no-cudagraphs also autotunes Triton GEMM templates against
+    cuBLAS: on an H100 (2026-11-26, docs/performance.md) that took over 300 s for the fp32 model alone,
+    and cuBLAS won the table it finished (decode's 88 x 2048 x 6144: 0.089 ms, the best template 0.263).
 
 On a CPU nothing is compiled and nothing is captured: inductor builds C++ for each shape (3.3 minutes
 for the tiny checkpoint's first transcription on 2 cores, against 3 s eager). There the path runs
@@ -28,6 +30,8 @@ Precision: as model.py's (torch_matmul_precision around every call). torch.compi
 TF32 setting changes, so a tf32 model never runs an IEEE fp32 model's kernels or the reverse.
 """
 
+import os
+
 import torch
 
 from glm_asr_course.model.config import ModelConfig
@@ -38,7 +42,7 @@ from .model import DecoderLayer, EncoderLayer
 from .model import load_model as load_modules
 
 # torch.compile's options by device; None: run the layers as they are (see the module docstring).
-COMPILE_OPTIONS = {"cuda": {"mode": "max-autotune-no-cudagraphs"}, "cpu": None}
+COMPILE_OPTIONS = {"cuda": {"mode": "default"}, "cpu": None}
 
 
 class CompiledGlmAsr(GreedyModel):
@@ -106,4 +110,6 @@ def load_model(cfg: ModelConfig, weights: dict[str, torch.Tensor], device, preci
     None for none, or COMPILE_OPTIONS of the device."""
     if compile_options == "by device":
         compile_options = COMPILE_OPTIONS[torch.device(device).type]
+        if compile_options is not None and os.environ.get("GLM_ASR_COMPILE_MODE"):
+            compile_options = dict(compile_options, mode=os.environ["GLM_ASR_COMPILE_MODE"])
     return CompiledGlmAsr(cfg, weights, device, precision, compile_options)
