@@ -7,12 +7,8 @@ cupy_model.py where present); the generated template copies the course path only
 ``ct`` and ``launch`` from glm_asr_course.runtimes.cutile: the real cuda.tile on a GPU, a CPU
 emulator elsewhere.
 
-``STUDENT_KERNELS``: the course kernels students write (the course model's list). In the example each
-of them sits between ``# >>> STUDENT KERNEL name`` and ``# <<< STUDENT KERNEL`` markers; in the
-template each is a TODO.
-
-``KERNEL_LANGUAGE``: what the folder's kernels are written in, read by glm_asr_course.tracks.kernel_language
-(a renamed copy keeps it).
+``STUDENT_KERNELS`` (the course kernels, each between ``# >>> STUDENT KERNEL`` markers here, a TODO in
+the template) and ``KERNEL_LANGUAGE``: the folder's declarations (docs/track_interface.md).
 """
 
 from glm_asr_course.model.course_model import COURSE_KERNELS as STUDENT_KERNELS  # noqa: F401

@@ -25,15 +25,8 @@ import torch
 
 from glm_asr_course.model import launch_contracts
 from glm_asr_course.runtimes.cutile import ct, launch
-from glm_asr_course.runtimes.tile_helpers import (
-    ELEMENTWISE_BLOCK,
-    NEG_INF,
-    TILE_ELEMENTS,
-    ZERO,
-    cdiv,
-    next_power_of_2,
-    rows_per_block,
-)
+from glm_asr_course.runtimes.tile_helpers import (ELEMENTWISE_BLOCK, NEG_INF, TILE_ELEMENTS, ZERO, cdiv,
+                                                  next_power_of_2, rows_per_block)
 
 # Above any vocabulary index: loses every "lowest index" contest of the argmax.
 NO_INDEX = 2 ** 31 - 1

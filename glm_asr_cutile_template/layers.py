@@ -21,17 +21,8 @@ import torch
 from glm_asr_course.model import launch_contracts
 from glm_asr_course.runtimes.cutile import ct, launch
 from glm_asr_course.kernels.todo_kernels import student_kernel  # noqa: E402
-from glm_asr_course.runtimes.tile_helpers import (
-    ELEMENTWISE_BLOCK,
-    NEG_INF,
-    ZERO,
-    as_rows,
-    cdiv,
-    erf,
-    next_power_of_2,
-    round_as,
-    rows_per_block,
-)
+from glm_asr_course.runtimes.tile_helpers import (ELEMENTWISE_BLOCK, NEG_INF, ZERO, as_rows, cdiv, erf, next_power_of_2,
+                                                  round_as, rows_per_block)
 
 
 @student_kernel("rmsnorm_kernel", reference="glm_asr_cutile_example.layers", guide="docs/guide-cutile.md#rmsnorm_kernel")

@@ -25,14 +25,8 @@ import triton
 import triton.language as tl
 
 from glm_asr_course.model import launch_contracts
-from glm_asr_course.runtimes.triton_helpers import (
-    INTERPRET,
-    batch_and_head,
-    dot,
-    round_to,
-    rows_per_program,
-    warps_for_row,
-)
+from glm_asr_course.runtimes.triton_helpers import (INTERPRET, batch_and_head, dot, round_to, rows_per_program,
+                                                    warps_for_row)
 
 
 # >>> STUDENT KERNEL attention_scores_kernel

@@ -19,16 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from glm_asr_course.runtimes.triton_helpers import (
-    INTERPRET,
-    batch_and_head,
-    dot,
-    fma_dot,
-    pdl_options,
-    release_consumer,
-    round_to,
-    wait_for_producer,
-)
+from glm_asr_course.runtimes.triton_helpers import (INTERPRET, batch_and_head, dot, fma_dot, pdl_options,
+                                                    release_consumer, round_to, wait_for_producer)
 
 LOG2E = 1.4426950408889634
 

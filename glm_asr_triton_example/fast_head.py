@@ -11,15 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from glm_asr_course.runtimes.triton_helpers import (
-    INTERPRET,
-    dot,
-    fma_dot,
-    pdl_options,
-    release_consumer,
-    round_to,
-    wait_for_producer,
-)
+from glm_asr_course.runtimes.triton_helpers import (INTERPRET, dot, fma_dot, pdl_options, release_consumer, round_to,
+                                                    wait_for_producer)
 
 from .glue import _banned_args, _block_argmax, _reduce_block_argmax
 from .layers import rmsnorm

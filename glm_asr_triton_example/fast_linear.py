@@ -26,16 +26,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from glm_asr_course.runtimes.triton_helpers import (
-    INTERPRET,
-    as_rows,
-    dot,
-    fma_dot,
-    pdl_options,
-    release_consumer,
-    round_to,
-    wait_for_producer,
-)
+from glm_asr_course.runtimes.triton_helpers import (INTERPRET, as_rows, dot, fma_dot, pdl_options, release_consumer,
+                                                    round_to, wait_for_producer)
 
 from .layers import rmsnorm
 

@@ -11,14 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from glm_asr_course.runtimes.triton_helpers import (
-    INTERPRET,
-    pdl_options,
-    release_consumer,
-    round_to,
-    rows_per_program,
-    wait_for_producer,
-)
+from glm_asr_course.runtimes.triton_helpers import (INTERPRET, pdl_options, release_consumer, round_to,
+                                                    rows_per_program, wait_for_producer)
 
 from .fast_linear import gemv_rows, linear, one_row_gemv_config
 

@@ -23,16 +23,8 @@ import triton
 import triton.language as tl
 
 from glm_asr_course.model import launch_contracts
-from glm_asr_course.runtimes.triton_helpers import (
-    INTERPRET,
-    as_rows,
-    pdl_options,
-    release_consumer,
-    round_to,
-    rows_per_program,
-    wait_for_producer,
-    warps_for_row,
-)
+from glm_asr_course.runtimes.triton_helpers import (INTERPRET, as_rows, pdl_options, release_consumer, round_to,
+                                                    rows_per_program, wait_for_producer, warps_for_row)
 
 # Elementwise kernels: 2048 elements over 4 warps (the interpreter pays per program: far more at once).
 _ELEMENTWISE_BLOCK = 1 << 16 if INTERPRET else 2048

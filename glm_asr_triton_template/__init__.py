@@ -6,12 +6,8 @@ cuTile track) on this folder's eleven course kernels plus the provided glue, not
 example also has a fast path, fast_model.py on fused production kernels (fast_*.py), which the
 generated template does not copy. glm_asr_course.tracks picks a path by its file.
 
-``STUDENT_KERNELS``: the course kernels students write (the course model's list). In the example each
-of them sits between ``# >>> STUDENT KERNEL name`` and ``# <<< STUDENT KERNEL`` markers; in the
-template each is a TODO.
-
-``KERNEL_LANGUAGE``: what the folder's kernels are written in, read by glm_asr_course.tracks.kernel_language
-(a renamed copy keeps it).
+``STUDENT_KERNELS`` (the course kernels, each between ``# >>> STUDENT KERNEL`` markers here, a TODO in
+the template) and ``KERNEL_LANGUAGE``: the folder's declarations (docs/track_interface.md).
 """
 
 from glm_asr_course.model.course_model import COURSE_KERNELS as STUDENT_KERNELS  # noqa: F401

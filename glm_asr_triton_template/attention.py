@@ -27,14 +27,8 @@ import triton.language as tl
 from glm_asr_course.kernels.todo_kernels import student_kernel  # noqa: E402
 
 from glm_asr_course.model import launch_contracts
-from glm_asr_course.runtimes.triton_helpers import (
-    INTERPRET,
-    batch_and_head,
-    dot,
-    round_to,
-    rows_per_program,
-    warps_for_row,
-)
+from glm_asr_course.runtimes.triton_helpers import (INTERPRET, batch_and_head, dot, round_to, rows_per_program,
+                                                    warps_for_row)
 
 
 @student_kernel("attention_scores_kernel", reference="glm_asr_triton_example.attention", guide="docs/guide-triton.md#attention_scores_kernel")

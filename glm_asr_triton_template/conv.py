@@ -18,15 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
-from glm_asr_course.runtimes.triton_helpers import (
-    INTERPRET,
-    dot,
-    fma_dot,
-    pdl_options,
-    release_consumer,
-    round_to,
-    wait_for_producer,
-)
+from glm_asr_course.runtimes.triton_helpers import (INTERPRET, dot, fma_dot, pdl_options, release_consumer, round_to,
+                                                    wait_for_producer)
 
 
 @triton.jit
