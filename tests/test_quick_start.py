@@ -143,3 +143,32 @@ def test_the_quiet_suite_names_each_slow_test_as_it_starts():
                           timeout=300)
     assert done.returncode == 0, done.stdout
     assert "\ntests/test_quick_start.py::test_self_check_commands_cover_every_kernel_file ." in "\n" + done.stdout
+
+
+# A plain run is the course alone: the lab (grading, profiling, reports) stays out of its process, and
+# what it imports of this repository is small enough to read (issue: at most 6,500 lines, track included).
+IMPORTED_OF_THE_REPOSITORY = """import atexit, runpy, sys
+from pathlib import Path
+root = Path.cwd().resolve()
+def report():
+    files = {Path(m.__file__).resolve() for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
+    ours = sorted(str(f.relative_to(root)) for f in files
+                  if f.is_file() and f.is_relative_to(root) and ".venv" not in f.parts)
+    print("IMPORTED", ";".join(ours), file=sys.stderr)
+atexit.register(report)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU route: a tiny checkpoint in the interpreter")
+def test_a_plain_run_imports_the_course_and_its_track_alone():
+    done = run([sys.executable, "-c", IMPORTED_OF_THE_REPOSITORY, "benchmark_student.py", "glm_asr_triton_example",
+                "--model", "tiny", "--max-new-tokens", "2"], PYTHONPATH=str(REPO_ROOT))
+    assert done.returncode == 0, done.stdout + done.stderr
+    imported = done.stderr.split("IMPORTED ")[-1].strip().split(";")
+    assert not [f for f in imported if f.startswith("glm_asr_lab/")], imported
+    assert {f.split("/")[0] for f in imported} <= {"benchmark_student.py", "glm_asr_course", "cutile_emulator",
+                                                    "glm_asr_triton_example"}, imported
+    lines = sum(len((REPO_ROOT / f).read_text().splitlines()) for f in imported)
+    assert lines <= 6500, f"a plain run imports {len(imported)} of the repository's files, {lines} lines"
