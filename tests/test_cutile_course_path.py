@@ -86,7 +86,7 @@ def test_course_path_signatures_compile_for_sm_90(tiny_ckpt, clips, tmp_path, mo
 def test_self_check_records_carry_the_module_name_of_a_file_run_as_a_script(tmp_path):
     """The compile check's default route records each file's self-check run as a script: conv.py defines its
     kernel in __main__, and the record must name it glm_asr_cutile_example.conv (how the compiler imports it)."""
-    from cutile_compile_check import record_self_checks
+    from glm_asr_lab.cutile_compile_check import record_self_checks
 
     record = tmp_path / "signatures.json"
     assert record_self_checks(["glm_asr_cutile_example.conv"], record) == []

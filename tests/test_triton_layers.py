@@ -522,3 +522,20 @@ def test_interpreter_tf32_dot_rounds_its_operands_and_ieee_does_not(gen):
     expected_tf32 = tf32_by_frexp(a).double() @ tf32_by_frexp(b).double()
     assert torch.allclose(results["tf32"].double(), expected_tf32, rtol=1e-6, atol=1e-6)
     assert (results["tf32"] - results["ieee"]).abs().max() > 1e-4  # visibly not IEEE
+
+
+def test_interpreter_fixes_apply_once_however_often_a_run_starts():
+    """apply_fixes runs wherever a CPU run starts (every self-check, every --device cpu): a second call must
+    leave the interpreter's patched functions as the first left them, not wrap them again (nested wrappers
+    ran the suite into RecursionError after a few hundred self-checks)."""
+    from triton.runtime import interpreter
+
+    from glm_asr_course.runtimes import triton_interpreter
+
+    triton_interpreter.apply_fixes()
+    patched = (interpreter._patch_lang_tensor, interpreter.InterpretedFunction.__call__,
+               interpreter.InterpreterBuilder.create_dot, interpreter.GridExecutor.__call__)
+    for _ in range(3):
+        triton_interpreter.apply_fixes()
+    assert (interpreter._patch_lang_tensor, interpreter.InterpretedFunction.__call__,
+            interpreter.InterpreterBuilder.create_dot, interpreter.GridExecutor.__call__) == patched

@@ -77,6 +77,8 @@ def _skip_repatching_in_helper_calls():
     from triton.runtime import interpreter
 
     patch_and_call = interpreter.InterpretedFunction.__call__
+    if getattr(patch_and_call, "_skips_repatching", False):
+        return
 
     def call(self, *args, **kwargs):
         # A helper whose only view of the language is its module's `tl` (the tracks' helpers) runs
@@ -90,6 +92,7 @@ def _skip_repatching_in_helper_calls():
         except Exception as e:
             raise interpreter.InterpreterError(repr(e)) from e
 
+    call._skips_repatching = True
     interpreter.InterpretedFunction.__call__ = call
 
 
