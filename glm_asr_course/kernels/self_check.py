@@ -261,14 +261,14 @@ class Track:
 
 def load_track(package: str) -> Track:
     """A track package (an example, a template, a filled or planted copy) and how its kernels run."""
-    if kernel_language(Path(import_folder(package).__file__).parent) == "cutile":
+    root = import_folder(package)  # its __init__.py imports no kernel language
+    if kernel_language(Path(root.__file__).parent) == "cutile":
         from glm_asr_course.runtimes.cutile import MODE
 
-        return Track(package, track_ops(package), import_folder(package).STUDENT_KERNELS, MODE != "gpu",
-                     "cuTile emulator", "@ct.kernel")
-    interpret = triton_interpreter.start_script()  # before the track's kernels are defined
-    return Track(package, track_ops(package), import_folder(package).STUDENT_KERNELS, interpret, "Triton interpreter",
-                 "@triton.jit")
+        interpret, cpu_runner, decorator = MODE != "gpu", "cuTile emulator", "@ct.kernel"
+    else:  # the interpreter is chosen before track_ops defines the track's kernels
+        interpret, cpu_runner, decorator = triton_interpreter.start_script(), "Triton interpreter", "@triton.jit"
+    return Track(package, track_ops(package), root.STUDENT_KERNELS, interpret, cpu_runner, decorator)
 
 
 def run_cases(track: Track, file: str | None = None, kernels=None, *, title: str | None = None,
