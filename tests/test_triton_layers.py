@@ -251,6 +251,8 @@ def test_llama_mlp_split_k(gen, force_split_k, M):
     (1, ("gemv", dict(BLOCK_N=8, BLOCK_K=64, SPLIT_K=3))),  # small tiles: several K steps per slice
     (1, ("gemv", dict(BLOCK_N=2, BLOCK_K=512, SPLIT_K=1))),  # one step covers K
     (5, ("gemm", dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, SPLIT_K=2))),
+    (1, ("gemm", dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=64, GROUP_M=1, SPLIT_K=2))),  # one row on a 16-row tile
+    (1, ("tma", dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, PERSISTENT=True))),
 ])
 def test_linear_explicit_config(gen, M, config):
     """glm_asr_lab/tuning/sweep_linear.py hands _launch_linear its candidates: every one must compute the same."""

@@ -32,7 +32,10 @@
 #             table in summary.md. About 3.5 minutes on an H100 before the compiled PyTorch path's two steps
 #             (mostly compilation; each at most 200 s)
 #   tune      glm_asr_lab/tuning/tune_random_init.py (the scales of the random weights)
-#   sweep     glm_asr_lab/tuning/sweep_linear.py (the fast path's GEMM tile table)
+#   sweep     the decode step's tiles: glm_asr_lab/tuning/sweep_linear.py (Triton's one-row launches, the
+#             CUDA-core GEMV against tensor-core tiles) and sweep_cutile_fast.py (cuTile's GEMVs on weights
+#             that miss L2, its decode attention's split size)
+#   sweep_gemm  glm_asr_lab/tuning/sweep_linear.py's prefill and encoder GEMM tiles
 #   all       bench parity regret clips kernels robust detailed grade grade_cutile
 #
 # Each step has its own time limit and a failed step does not stop the next. Everything lands in the
@@ -47,8 +50,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR=$2; shift 2 ;;
         all) PARTS+=(bench parity regret clips kernels robust detailed grade grade_cutile); shift ;;
-        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|tune|sweep) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath tune sweep all" >&2
+        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|tune|sweep|sweep_gemm) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath tune sweep sweep_gemm all" >&2
            exit 2 ;;
     esac
 done
@@ -267,7 +270,17 @@ for part in "${PARTS[@]}"; do
             step "tune random init" 560 python3 -m glm_asr_lab.tuning.tune_random_init --json "$OUT_DIR/tune.json"
             ;;
         sweep)
-            step sweep 560 python3 -m glm_asr_lab.tuning.sweep_linear --json "$OUT_DIR/sweep.json"
+            # One row of decode: Triton's CUDA-core GEMV against 16-row tensor-core tiles (plain loads with
+            # split K, or TMA); the cuTile GEMV's tiles and its decode attention's split size.
+            step "sweep: Triton decode, one row" 200 python3 -m glm_asr_lab.tuning.sweep_linear --sections decode \
+                --decode-kinds gemv,gemm,tma --json "$OUT_DIR/sweep_decode.json"
+            if has_cutile; then
+                step "sweep: cuTile decode" 300 python3 -m glm_asr_lab.tuning.sweep_cutile_fast --only gemv,decode
+            fi
+            ;;
+        sweep_gemm)
+            step "sweep: Triton prefill and encoder GEMMs" 560 python3 -m glm_asr_lab.tuning.sweep_linear \
+                --sections prefill,encoder --json "$OUT_DIR/sweep_gemm.json"
             ;;
     esac
 done

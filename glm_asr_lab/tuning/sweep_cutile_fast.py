@@ -3,15 +3,18 @@
 
     python -m glm_asr_lab.tuning.sweep_cutile_fast [--precision bf16|tf32] [--only gemv,head,gemm,prefill,flash,decode]
 
-Each candidate is checked against torch (one line per failure) and timed as a CUDA graph of 20
-launches (glm_asr_course.timer; the L2 holds what fits, as in the decode loop), so the
-~14 us host cost of an eager cuTile launch is not what is measured. Prints one line per candidate
+Each candidate is checked against torch (one line per failure; the GEMVs are checked by the
+self-checks instead) and timed as a CUDA graph of 20 launches (glm_asr_course.timer), so the ~14 us
+host cost of an eager cuTile launch is not what is measured. The GEMVs cycle through 20 weight
+copies, as the decode step reads each layer's weights once; the other launches reuse their
+operands, which L2 holds where they fit. Prints one line per candidate
 (µs per launch, GB/s of the operands' minimum traffic or TFLOP/s) and the best of each shape; the
 chosen tiles go into the tile functions of glm_asr_cutile_example/fast_*.py by hand, with the
 figures in docs/performance.md.
 """
 
 import argparse
+import itertools
 import statistics
 import sys
 
@@ -21,7 +24,10 @@ import torch
 from glm_asr_course.timer import time_repeats  # noqa: E402
 
 
-def timed(fn, reps=20):
+COPIES = 20  # distinct weights a gemv timing cycles through (20 x 8 MB, the smallest, is 3x the L2)
+
+
+def timed(fn, reps=COPIES):
     """µs per launch: the median replay of a CUDA graph of ``reps`` launches."""
     def graph_body():
         for _ in range(reps):
@@ -70,16 +76,31 @@ def main(argv=None) -> int:
         return float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
 
     if "gemv" in parts:
-        for N, K in ((3072, 2048), (2048, 2048), (12288, 2048), (2048, 6144)):
-            x, w = rand(1, K), rand(N, K, scale=K ** -0.5)
-            ref = x.float() @ w.float().T
+        # The decode step's four launches as the model makes them, each on COPIES distinct weights in turn:
+        # a step reads every layer's weights once, so no launch may find its weight in L2 (50 MB).
+        H, F, QKV = 2048, 6144, 3072
+        norm_w = rand(H)
+        problems = (("q|k|v (rmsnorm)", QKV, H, dict(prologue=fast_linear.RMSNORM, norm_weight=norm_w, eps=1e-5)),
+                    ("o (+x)", H, H, dict(accumulate=True)),
+                    ("gate|up (rmsnorm, swiglu)", 2 * F, H,
+                     dict(gated=True, prologue=fast_linear.RMSNORM, norm_weight=norm_w, eps=1e-5)),
+                    ("down (+x)", H, F, dict(accumulate=True)))
+        for name, N, K, how in problems:
+            weights = [rand(N, K, scale=K ** -0.5) for _ in range(COPIES)]
+            x = rand(1, K)
+            out = torch.empty(1, N // 2 if how.get("gated") else N, device=dev, dtype=dtype)
+            turn = itertools.count()
             cands = []
             for block_n in (4, 8, 16, 32):
                 for kbytes in (512, 1024, 2048, 4096):
                     tiles = ("gemv", (block_n, kbytes // e))
-                    cands.append((tiles[1], lambda t=tiles: fast_linear.linear(x, w, precision="tf32", tiles=t),
-                                  lambda out: rel(out, ref)))
-            report("gemv", f"{N}x{K}", cands, N * K * e / 1e0, "GB/s")
+                    cands.append((tiles[1], lambda t=tiles: fast_linear._launch(
+                        x, weights[next(turn) % COPIES], None, out, precision="tf32", tiles=t, **how),
+                        lambda _: 0.0))
+            chosen = fast_linear.linear_tiles(1, N, K, dtype)[1]
+            print(f"{name}: the table's tiles {chosen}" + (" (a gated block: half the rows each)"
+                                                           if how.get("gated") else ""))
+            report("gemv", f"{name} {N}x{K}", cands, N * K * e / 1e0, "GB/s")
     if "head" in parts:
         V, H = 59264, 2048
         x, w_lm, norm_w = rand(1, H), rand(V, H, scale=H ** -0.5), rand(H)

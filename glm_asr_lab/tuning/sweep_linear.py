@@ -61,17 +61,32 @@ def decode_problems(cfg: ModelConfig) -> list[dict]:
     ]
 
 
-def decode_configs(dtype) -> list[tuple[str, dict]]:
+def decode_configs(dtype, kinds: tuple[str, ...] = ("gemv",)) -> list[tuple[str, dict]]:
+    """Candidates for one row. "gemv": the CUDA-core kernel. "gemm" / "tma": a 16-row tensor-core tile
+    (rows past the one real row read as zeros) whose loads the compiler pipelines through shared
+    memory (plain loads with split K, or TMA, optionally one program per SM)."""
     out = []
-    for block_n, k_bytes, warps, stages, split in itertools.product((2, 4, 8, 16), (2048, 4096), (4, 8), (2, 4),
-                                                                    (1, 2)):
-        if split == 1 or block_n >= 8:  # narrow tiles already give every SM several programs
-            out.append(("gemv", dict(BLOCK_N=block_n, BLOCK_K=k_bytes // dtype.itemsize, SPLIT_K=split,
-                                     num_warps=warps, num_stages=stages)))
+    if "gemv" in kinds:
+        for block_n, k_bytes, warps, stages, split in itertools.product((2, 4, 8, 16), (2048, 4096), (4, 8),
+                                                                        (2, 4), (1, 2)):
+            if split == 1 or block_n >= 8:  # narrow tiles already give every SM several programs
+                out.append(("gemv", dict(BLOCK_N=block_n, BLOCK_K=k_bytes // dtype.itemsize, SPLIT_K=split,
+                                         num_warps=warps, num_stages=stages)))
+    if "gemm" in kinds:
+        for block_n, k_bytes, stages, split in itertools.product((16, 32, 64), (512, 1024), (3, 5), (1, 2)):
+            out.append(("gemm", dict(BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=k_bytes // dtype.itemsize, GROUP_M=1,
+                                     SPLIT_K=split, num_warps=4, num_stages=stages)))
+    if "tma" in kinds:
+        for block_n, k_bytes, stages, persistent in itertools.product((16, 32, 64), (128, 256), (4, 8),
+                                                                      (False, True)):
+            out.append(("tma", dict(BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=k_bytes // dtype.itemsize, GROUP_M=1,
+                                    SPLIT_K=1, PERSISTENT=persistent, num_warps=4, num_stages=stages)))
     return out
 
 
 def time_decode(problem: dict, dtype, configs, sms: int) -> list[dict]:
+    """Each candidate with the problem's prologue where its kernel takes it: the tiled kernels get
+    "rmsnorm" as a separate rmsnorm launch (counted) and run without "swiglu" (marked)."""
     N, K, prologue = problem["N"], problem["K"], problem["prologue"]
     weights = weight_copies(N, K, dtype, K ** -0.5)
     x = torch.randn(1, 2 * K if prologue == "swiglu" else K, device="cuda").to(dtype)
@@ -81,13 +96,20 @@ def time_decode(problem: dict, dtype, configs, sms: int) -> list[dict]:
     chosen = fast_linear._linear_config(1, N, K, dtype, False, sms)
     rows = []
     for config in [chosen] + [c for c in configs if c != chosen]:
-        def launch(i, config=config):
-            fast_linear._launch_linear(x, weights[i % len(weights)], None, residual, out, False, False, "tf32",
-                                  prologue=prologue, norm_weight=norm, eps=1e-5, config=config)
+        own = prologue if config[0] == "gemv" or prologue != "swiglu" else "none"
+        x_in = x[:, :K] if own == "none" and prologue == "swiglu" else x
 
-        us = graph_time_us(launch, len(weights))
-        rows.append(dict(kind=config[0], config=config[1], us=us, gbps=N * K * dtype.itemsize / us / 1e3,
-                         chosen=config == chosen))
+        def launch(i, config=config, own=own, x_in=x_in):
+            fast_linear._launch_linear(x_in, weights[i % len(weights)], None, residual, out, False, False, "tf32",
+                                       prologue=own, norm_weight=norm, eps=1e-5, config=config)
+
+        try:
+            us = graph_time_us(launch, len(weights))
+        except Exception as error:  # e.g. out of shared memory for a large tile: skip the candidate
+            print(f"  skipped {config[0]} {config[1]}: {type(error).__name__}: {str(error).splitlines()[0][:100]}")
+            continue
+        rows.append(dict(kind=config[0] + ("" if own == prologue else " (no prologue)"), config=config[1], us=us,
+                         gbps=N * K * dtype.itemsize / us / 1e3, chosen=config == chosen))
     return rows
 
 
@@ -180,6 +202,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     parser.add_argument("--sections", default="decode,prefill,encoder")
+    parser.add_argument("--decode-kinds", default="gemv",
+                        help="comma-separated kernels tried for one row: gemv, gemm (16-row tensor-core tile), tma")
     parser.add_argument("--prefill-rows", type=int, default=59, help="prompt length of the prefill GEMMs")
     parser.add_argument("--top", type=int, default=5)
     parser.add_argument("--json", help="write every timing as JSON")
@@ -195,7 +219,7 @@ def main():
     for section in args.sections.split(","):
         start = time.time()
         if section == "decode":
-            configs = decode_configs(dtype)
+            configs = decode_configs(dtype, tuple(args.decode_kinds.split(",")))
             for problem in decode_problems(cfg):
                 results[problem["name"]] = rows = time_decode(problem, dtype, configs, sms)
                 report(problem["name"], rows, args.top, "gbps")
