@@ -1096,9 +1096,22 @@ def _kernel_argument(name: str, value):
                               "(tensors, bool, int and float can; mark other values ct.Constant)")
 
 
-def launch(stream, grid, kern, args) -> None:
+def grid_dependency_control_wait() -> None:
+    """``ct.grid_dependency_control_wait``: on a GPU, wait for the kernel before this one (launched with
+    programmatic dependent launch); here every launch runs after the one before has finished."""
+    _require_in_kernel("ct.grid_dependency_control_wait")
+
+
+def grid_dependency_control_launch_dependents() -> None:
+    """``ct.grid_dependency_control_launch_dependents``: on a GPU, let the next kernel start early; a
+    hint with nothing to do here."""
+    _require_in_kernel("ct.grid_dependency_control_launch_dependents")
+
+
+def launch(stream, grid, kern, args, *, programmatic_dependent_launch=False) -> None:
     """``ct.launch``: run ``kern`` over ``grid`` (1 to 3 ints) with ``args`` (a tuple), one block after
-    another, at once (``stream`` is ignored: the CPU has no queue)."""
+    another, at once (``stream`` is ignored: the CPU has no queue; so is
+    ``programmatic_dependent_launch``: the kernel before has finished when this one starts)."""
     if not isinstance(kern, kernel):
         raise CutileEmulatorError(f"launch: {kern!r} is not a @ct.kernel of the emulator")
     grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)

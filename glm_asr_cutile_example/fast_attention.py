@@ -7,7 +7,7 @@
         one new token per row, flash-decoding: the cache is cut into splits processed in parallel,
         each by all query heads that share one kv head (the K/V tiles are read once for the group),
         then a second kernel merges the splits' (max, sum, partial output). A cache of one split
-        needs no merge.
+        needs no merge. Both launch with programmatic dependent launch (the decode step's chain).
 
 Softmax runs in base 2: exp(x) = exp2(x * log2 e), with log2 e folded into the score scale. Any head
 size works: channels pad to a power of two with zeros, which add nothing to q.k and are never stored.
@@ -163,6 +163,8 @@ def decode_attention_kernel(q, k_cache, v_cache, valid_len, kv_start, part_m, pa
     split's unnormalised (max, sum, acc) go to part_m / part_l (B, Hkv, n_splits, group) and
     part_acc (B, Hkv, n_splits, group, D) for decode_combine_kernel.
     """
+    ct.grid_dependency_control_launch_dependents()
+    ct.grid_dependency_control_wait()
     split = ct.bid(0)
     n_kv = k_cache.shape[1]
     b = ct.bid(1) // n_kv
@@ -188,6 +190,8 @@ def decode_combine_kernel(part_m, part_l, part_acc, o, BLOCK_S: ct.Constant[int]
                           BLOCK_D: ct.Constant[int]):
     """Merge the splits of one (batch, kv head): softmax over their union. Grid (B * Hkv,).
     An empty split holds (max -inf, sum 0, acc 0) and weighs 0; so does the padding past n_splits."""
+    ct.grid_dependency_control_launch_dependents()
+    ct.grid_dependency_control_wait()
     n_kv = part_m.shape[1]
     b = ct.bid(0) // n_kv
     kv_head = ct.bid(0) % n_kv
@@ -208,7 +212,7 @@ def decode_combine_kernel(part_m, part_l, part_acc, o, BLOCK_S: ct.Constant[int]
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, valid_len: torch.Tensor,
                      kv_start: torch.Tensor, scale: float, out: torch.Tensor, *, precision: str,
-                     split_size: int | None = None) -> torch.Tensor:
+                     split_size: int | None = None, tiles: tuple[int, int] | None = None) -> torch.Tensor:
     """Attention of one new token per row over the KV cache, into out; returns out.
 
     q, out: (B, Hq, D), each row's heads contiguous (a row stride of its own is fine: q may be a view
@@ -217,7 +221,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     int32 (B,) left padding. The grid depends on Tmax only, so the launch can be captured in a CUDA
     graph. split_size: cache slots per block, rounded up to a power of two (default on a GPU: 32, or
     more for a cache of more than 1024 slots so that there are at most 32 splits; the whole cache in
-    the emulator).
+    the emulator). tiles: (BLOCK_N, BLOCK_G) in place of the default (glm_asr_lab/tuning/sweep_cutile_fast.py):
+    keys a step, and query rows a block holds (the group, padded with zero rows beyond it).
     """
     B, Hq, D = q.shape
     _, Hkv, Tmax, _ = k_cache.shape
@@ -230,13 +235,21 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1:
         raise ValueError("decode_attention: the caches' channels must be contiguous")
     group = Hq // Hkv
-    # A split is a whole number of key tiles, and tiles are powers of two. On a GPU: 32 slots, up
-    # to 32 splits (a short transcription's cache gives 8 splits x kv heads blocks instead of 2).
-    split_size = next_power_of_2(split_size or (Tmax if EMULATED else max(32, cdiv(Tmax, 32))))
+    # A split is a whole number of key tiles, and tiles are powers of two. On a GPU a short
+    # transcription's cache (at most 256 slots) is one split, the group padded to 16 query rows: one
+    # launch, 6.5 us where 8 splits of 32 and their merge take 7.3 (H100, 72 live slots,
+    # glm_asr_lab/tuning/sweep_cutile_fast.py --only decode). A longer one: 32 slots a split, up to 32
+    # splits (1024 slots, 600 live: 9.2 us, against 15.0 whole).
+    if split_size is None:
+        split_size = Tmax if EMULATED or Tmax <= 256 else max(32, cdiv(Tmax, 32))
+    split_size = next_power_of_2(split_size)
     n_splits = cdiv(Tmax, split_size)
     direct = n_splits == 1
-    block_g, block_d = next_power_of_2(group), max(16, next_power_of_2(D))
+    block_d = max(16, next_power_of_2(D))
+    block_g = max(16, next_power_of_2(group)) if direct and not EMULATED else next_power_of_2(group)
     block_n = min(split_size, 64 if not EMULATED else split_size)
+    if tiles is not None:
+        block_n, block_g = tiles
     q_groups = q.view(B, Hkv, group, D)
     o_groups = out.view(B, Hkv, group, D)
     parts = 1 if direct else n_splits
@@ -245,10 +258,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     part_acc = torch.empty((B, Hkv, parts, group, D), dtype=torch.float32, device=q.device)
     tf32 = precision == "tf32"
     launch((n_splits, B * Hkv), decode_attention_kernel, q_groups, k_cache, v_cache, valid_len, kv_start, part_m,
-           part_l, part_acc, o_groups, float(scale * LOG2E), direct, tf32, split_size, block_g, block_n, block_d)
+           part_l, part_acc, o_groups, float(scale * LOG2E), direct, tf32, split_size, block_g, block_n, block_d,
+           pdl=True)
     if not direct:
         launch((B * Hkv,), decode_combine_kernel, part_m, part_l, part_acc, o_groups, next_power_of_2(n_splits),
-               block_g, block_d)
+               block_g, block_d, pdl=True)
     return out
 
 

@@ -29,6 +29,7 @@ def lm_head_argmax_kernel(x, lm_head, norm_weight, banned, suppress, part_max, p
     x: (R, H) last hidden states; lm_head: (V, H); banned: int64 (nb,) ids skipped while suppress[0]
     != 0 (int32, on the device: a captured graph switches the ban without being recaptured).
     Grid (cdiv(V, BLOCK_V), R)."""
+    ct.grid_dependency_control_launch_dependents()
     vocab_tile = ct.bid(0)
     row = ct.bid(1)
     logits, _ = gemv_rows(x, norm_weight, row, eps, lm_head, vocab_tile, lm_head, vocab_tile, RMSNORM, False,
@@ -55,6 +56,8 @@ def lm_head_argmax_kernel(x, lm_head, norm_weight, banned, suppress, part_max, p
 def argmax_reduce_kernel(part_max, part_index, out_ids, BLOCK: ct.Constant[int]):
     """out_ids[r] = the lowest id among the blocks of row r that reach the row's maximum: each block
     reported its lowest maximising id, so that is torch.argmax's answer. Grid (R,)."""
+    ct.grid_dependency_control_launch_dependents()
+    ct.grid_dependency_control_wait()
     row = ct.bid(0)
     values = ct.load(part_max, (row, 0), (1, BLOCK), padding_mode=NEG_INF)
     indices = ct.load(part_index, (row, 0), (1, BLOCK), padding_mode=ZERO)
@@ -94,8 +97,8 @@ def greedy_head(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, lm_head_
     part_max = torch.empty((R, n_blocks), dtype=torch.float32, device=x.device)
     part_index = torch.empty((R, n_blocks), dtype=torch.int32, device=x.device)
     launch((n_blocks, R), lm_head_argmax_kernel, rows, lm_head_weight, norm_weight, banned_ids, suppress, part_max,
-           part_index, float(eps), block_v, block_k, next_power_of_2(banned_ids.numel()))
-    launch((R,), argmax_reduce_kernel, part_max, part_index, out_ids, next_power_of_2(n_blocks))
+           part_index, float(eps), block_v, block_k, next_power_of_2(banned_ids.numel()), pdl=True)
+    launch((R,), argmax_reduce_kernel, part_max, part_index, out_ids, next_power_of_2(n_blocks), pdl=True)
     return out_ids
 
 

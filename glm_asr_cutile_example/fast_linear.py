@@ -7,7 +7,9 @@
     gemv_kernel   BLOCK_N outputs of one row (decode) on the CUDA cores: the weight is streamed once,
                   every element used once. Its prologue can compute the input from what the previous
                   kernel would have produced (RMSNorm of the row); its epilogue adds into ``out`` (the
-                  residual) or, GATED, runs gate and up rows together and stores silu(gate) * up
+                  residual) or, GATED, runs gate and up rows together and stores silu(gate) * up.
+                  Launched with programmatic dependent launch: its first weight tiles load while the
+                  kernel before it drains
 
 ``linear``, ``llama_mlp`` and ``rms_linear`` pick the kernel and its tiles (``linear_tiles``). Every
 kernel rounds to the activation dtype where transformers materialises a tensor (a Linear's output
@@ -111,10 +113,12 @@ def gemv_rows(x, norm_weight, row, eps, w, tile, w2, tile2, PROLOGUE, TWO, BLOCK
     gated pair, or RoPE's two halves), else the second result repeats the first. Lane-wise partial
     sums, one reduction after the loop."""
     # The first weight tiles do not depend on x: loaded before the RMSNorm statistics, their
-    # latency overlaps them instead of following them.
+    # latency overlaps them instead of following them, and before waiting for the kernel that wrote
+    # x (launched with programmatic dependent launch, this one may start while that one drains).
     first = ct.astype(ct.load(w, (tile, 0), (BLOCK_N, BLOCK_K), padding_mode=ZERO), ct.float32)
     if TWO:
         first2 = ct.astype(ct.load(w2, (tile2, 0), (BLOCK_N, BLOCK_K), padding_mode=ZERO), ct.float32)
+    ct.grid_dependency_control_wait()
     inv_rms = 0.0
     if PROLOGUE == RMSNORM:
         inv_rms = inverse_rms(x, row, eps, BLOCK_K)
@@ -147,6 +151,7 @@ def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], H
     PROLOGUE RMSNORM multiplies rmsnorm(x[r]) * norm_weight (eps: fp32), recomputed by every block
     from the few kilobytes of the row, instead of a separate launch and a round trip through memory.
     """
+    ct.grid_dependency_control_launch_dependents()
     col_tile = ct.bid(0)
     row = ct.bid(1)
     if GATED:
@@ -162,6 +167,8 @@ def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], H
 
 # Rows up to which the one-row GEMV serves (it reads the weight once per row).
 GEMV_MAX_ROWS = 2
+# Bytes of each weight row a GEMV block reads per step.
+GEMV_STEP_BYTES = 512
 
 
 def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype, gelu: bool = False) -> tuple[str, tuple[int, ...]]:
@@ -179,11 +186,10 @@ def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype, gelu: bool = False)
         return "gemm", (min(next_power_of_2(M), 256), min(next_power_of_2(N), 128), block_k)
     step = 128 // dtype.itemsize
     if M <= GEMV_MAX_ROWS:
-        # Weight rows x bytes per step from glm_asr_lab/tuning/sweep_cutile_fast.py (H100, docs/performance.md):
-        # 32 rows x 1 KiB for the wide matrices (q|k|v, gate|up), 16 rows x 2 KiB for the 2048-row ones.
-        if N >= 3072:
-            return "gemv", (32, 1024 // dtype.itemsize)
-        return "gemv", (16, 2048 // dtype.itemsize)
+        # Weight rows x bytes per step from glm_asr_lab/tuning/sweep_cutile_fast.py, each launch reading
+        # weights that miss L2 as in a decode step (H100, docs/performance.md, 2026-11-26 night): 32 rows
+        # for the wide matrices (q|k|v, gate|up), 16 for the 2048-row ones; 512 bytes a step.
+        return "gemv", (32 if N >= 3072 else 16, GEMV_STEP_BYTES // dtype.itemsize)
     if M <= 16:
         return "gemm", (16, 64, 2 * step)
     if M <= 64:
@@ -224,7 +230,7 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
             block_n = max(1, block_n // 2)  # a gated block reads BLOCK_N gate rows and BLOCK_N up rows
         launch((cdiv(N, block_n), M), gemv_kernel, rows, weight, bias_arg,
                weight[0] if norm_weight is None else norm_weight, out_rows, float(eps), prologue, bias is not None,
-               gelu, accumulate, gated, block_n, block_k)
+               gelu, accumulate, gated, block_n, block_k, pdl=True)
         return out
     if prologue != AS_STORED:
         raise ValueError("the RMSNorm prologue belongs to the one-row GEMV")

@@ -16,7 +16,7 @@ import torch
 from glm_asr_course.runtimes.cutile import ct, launch
 from glm_asr_course.runtimes.tile_helpers import EMULATED, next_power_of_2, round_as
 
-from .fast_linear import RMSNORM, gemv_rows, rms_linear
+from .fast_linear import GEMV_STEP_BYTES, RMSNORM, gemv_rows, rms_linear
 from .glue import write_kv_cache
 from .layers import rmsnorm
 from .rope import apply_rope
@@ -41,6 +41,7 @@ def qkv_rope_gemv_kernel(x, w, norm_weight, cos, sin, cache_pos, kv_start, q_out
     the row's left padding (position = slot - kv_start); q_out: (Hq, 2 HALF); k_cache, v_cache:
     (1, Hkv, Tmax, 2 HALF). Grid ((Hq + 2 Hkv) * HALF / BLOCK_P,).
     """
+    ct.grid_dependency_control_launch_dependents()
     per_head = HALF // BLOCK_P
     head = ct.bid(0) // per_head
     part = ct.bid(0) % per_head
@@ -72,11 +73,11 @@ def qkv_rope_gemv_kernel(x, w, norm_weight, cos, sin, cache_pos, kv_start, q_out
 
 
 def _pair_tiles(half: int, dtype: torch.dtype) -> tuple[int, int]:
-    """(BLOCK_P, BLOCK_K): 16 pairs (32 weight rows, the q|k|v GEMV's tile) x 1 KiB per step on a GPU;
-    the emulator takes a whole head's pairs."""
+    """(BLOCK_P, BLOCK_K): 16 pairs (32 weight rows, the q|k|v GEMV's tile) x 512 bytes per step on a
+    GPU (fast_linear.linear_tiles); the emulator takes a whole head's pairs."""
     if EMULATED:
         return half, 128
-    return min(16, half), 1024 // dtype.itemsize
+    return min(16, half), GEMV_STEP_BYTES // dtype.itemsize
 
 
 def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weight: torch.Tensor, eps: float,
@@ -102,7 +103,7 @@ def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weigh
         block_p, block_k = _pair_tiles(half, x.dtype)
         launch(((num_q_heads + 2 * num_kv_heads) * half // block_p,), qkv_rope_gemv_kernel, x.view(1, K), qkv_weight,
                norm_weight, cos, sin, cache_pos, kv_start, q_buffer.view(num_q_heads, head_dim), k_cache, v_cache,
-               float(eps), num_q_heads, num_kv_heads, half, block_p, block_k)
+               float(eps), num_q_heads, num_kv_heads, half, block_p, block_k, pdl=True)
         return q_buffer
     qkv = rms_linear(x, norm_weight, eps, qkv_weight, precision=precision, rmsnorm=rmsnorm)
     qkv = qkv.view(B, T, num_q_heads + 2 * num_kv_heads, head_dim)

@@ -351,6 +351,42 @@ def test_launches_are_captured_by_a_cuda_graph():
     assert torch.equal(y, x)
 
 
+@ct.kernel
+def add_one_after_wait(x, y, step, N: ct.Constant[int]):
+    """y = x + step[0], launched with programmatic dependent launch: step is read before the wait
+    (nothing writes it), x only after (the kernel before wrote it)."""
+    ct.grid_dependency_control_launch_dependents()
+    increment = ct.load(step, (0,), (N,))
+    ct.grid_dependency_control_wait()
+    ct.store(y, (ct.bid(0),), ct.load(x, (ct.bid(0),), (N,)) + increment)
+
+
+def test_programmatic_dependent_launches_see_the_kernel_before():
+    """A chain of kernels each reading what the one before wrote: with programmatic dependent launch a
+    kernel starts early, and its wait must still order its reads after the previous kernel's writes
+    (on a GPU: the chain captured as one CUDA graph, as the decode step runs)."""
+    n, blocks, links = 64, 8, 40
+    a, b = torch.zeros(n * blocks, device=DEV), torch.zeros(n * blocks, device=DEV)
+    step = torch.ones(n, device=DEV)
+
+    def chain():
+        for i in range(links):
+            src, dst = (a, b) if i % 2 == 0 else (b, a)
+            launch((blocks,), add_one_after_wait, src, dst, step, n, pdl=True)
+
+    chain()
+    sync()
+    assert torch.equal(a, torch.full_like(a, links))
+    if DEV == "cuda":
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            chain()
+        for _ in range(3):
+            graph.replay()
+        sync()
+        assert torch.equal(a, torch.full_like(a, 4 * links))
+
+
 # --------------------------------------------------------------------------------------------------
 # The emulator itself: what it refuses, its error lines, its launch record
 # --------------------------------------------------------------------------------------------------

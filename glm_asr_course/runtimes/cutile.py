@@ -58,8 +58,20 @@ class LaunchRefused(UserError):
     """A launch in a process that only compiles kernels."""
 
 
-def launch(grid, kernel, *args) -> None:
+def pdl_enabled() -> bool:
+    """Programmatic dependent launch on this process's GPU: compute capability 9.0+ (Hopper) unless
+    GLM_ASR_PDL=0 (for comparisons)."""
+    if MODE != "gpu" or os.environ.get("GLM_ASR_PDL", "1") == "0":
+        return False
+    return torch.cuda.get_device_capability()[0] >= 9
+
+
+def launch(grid, kernel, *args, pdl: bool = False) -> None:
     """Launch ``kernel`` over ``grid`` (a tuple of 1 to 3 block counts) with ``args``.
+
+    ``pdl``: launch with programmatic dependent launch where the GPU has it (``pdl_enabled``): the
+    kernel may start while the one before it drains, so it must call
+    ``ct.grid_dependency_control_wait()`` before it touches memory that kernel writes or reads.
 
     ``kernel`` may be a template's unwritten kernel (glm_asr_course.kernels.todo_kernels.TodoKernel,
     known here by its ``resolve`` method, so that this layer needs nothing of the course's): the
@@ -70,9 +82,9 @@ def launch(grid, kernel, *args) -> None:
         kernel = kernel.resolve()
     grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
     if MODE == "gpu":
-        ct.launch(torch.cuda.current_stream(), grid, kernel, args)
+        ct.launch(torch.cuda.current_stream(), grid, kernel, args, programmatic_dependent_launch=pdl and pdl_enabled())
     elif MODE == "emulate":
-        ct.launch(None, grid, kernel, args)
+        ct.launch(None, grid, kernel, args, programmatic_dependent_launch=pdl)
     else:
         # cuda.tile's kernel objects keep their Python function as _pyfunc (the emulator's do too).
         name = getattr(getattr(kernel, "_pyfunc", None), "__name__", kernel)

@@ -177,7 +177,7 @@ def fastpath_tables(out: Path) -> list[str]:
             limit = 1.2 if precision == "bf16" else 1.3
             target, ok = f"≤ {limit} × floor", r["mean_ms"] <= limit * r["floor_ms"]
         elif track == CUTILE_FAST:
-            target, ok = "≤ 1.05 × Triton fast", None if fast is None else ratio(r, fast) <= 1.05
+            target, ok = "≤ 1.10 × Triton fast", None if fast is None else ratio(r, fast) <= 1.10
             target += f" ({cell(ratio(r, fast), '.2f', '×')})"
         elif track == TRITON_FAST and precision == "fp32":
             course = timing.get((TRITON_COURSE, "fp32"))

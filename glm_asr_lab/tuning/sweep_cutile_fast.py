@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tile sweep of the cuTile fast path's kernels at the model's real shapes, on a GPU.
 
-    python -m glm_asr_lab.tuning.sweep_cutile_fast [--precision bf16|tf32] [--only gemv,head,gemm,prefill,flash,decode]
+    python -m glm_asr_lab.tuning.sweep_cutile_fast [--precision bf16|tf32] [--only gemv,head,gemm,prefill,flash,decode,norm]
 
 Each candidate is checked against torch (one line per failure; the GEMVs are checked by the
 self-checks instead) and timed as a CUDA graph of 20 launches (glm_asr_course.timer), so the ~14 us
@@ -39,7 +39,7 @@ def timed(fn, reps=COPIES):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--precision", choices=["bf16", "tf32"], default="bf16")
-    parser.add_argument("--only", default="gemv,head,gemm,prefill,flash,decode")
+    parser.add_argument("--only", default="gemv,head,gemm,prefill,flash,decode,norm")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -91,12 +91,13 @@ def main(argv=None) -> int:
             out = torch.empty(1, N // 2 if how.get("gated") else N, device=dev, dtype=dtype)
             turn = itertools.count()
             cands = []
-            for block_n in (4, 8, 16, 32):
-                for kbytes in (512, 1024, 2048, 4096):
-                    tiles = ("gemv", (block_n, kbytes // e))
-                    cands.append((tiles[1], lambda t=tiles: fast_linear._launch(
-                        x, weights[next(turn) % COPIES], None, out, precision="tf32", tiles=t, **how),
-                        lambda _: 0.0))
+            for block_n, kbytes, per_step in itertools.product((4, 8, 16, 32), (512, 1024, 2048, 4096), (False, True)):
+                if per_step and block_n < 8:
+                    continue
+                tiles = ("gemv", (block_n, kbytes // e, per_step))
+                cands.append((tiles[1], lambda t=tiles: fast_linear._launch(
+                    x, weights[next(turn) % COPIES], None, out, precision="tf32", tiles=t, **how),
+                    lambda _: 0.0))
             chosen = fast_linear.linear_tiles(1, N, K, dtype)[1]
             print(f"{name}: the table's tiles {chosen}" + (" (a gated block: half the rows each)"
                                                            if how.get("gated") else ""))
@@ -150,20 +151,43 @@ def main(argv=None) -> int:
                               lambda o: rel(o, ref)))
         report("flash", f"T={T} H={H} D={D}", cands, 4 * T * T * H * D / 1e3, "TFLOP/s")
     if "decode" in parts:
-        B, Hq, Hkv, D, Tmax, valid = 1, 16, 4, 128, 256, 150
-        q = rand(B, Hq, D)
-        kc, vc = rand(B, Hkv, Tmax, D), rand(B, Hkv, Tmax, D)
-        valid_len = torch.tensor([valid], dtype=torch.int32, device=dev)
-        start = torch.zeros(B, dtype=torch.int32, device=dev)
-        out = torch.empty(B, Hq, D, device=dev, dtype=dtype)
-        ref = torch.nn.functional.scaled_dot_product_attention(q[:, :, None], kc[:, :, :valid], vc[:, :, :valid],
-                                                               enable_gqa=True)[:, :, 0]
+        # A short transcription's cache (the test clip: 59 prompt slots + 13 tokens) and a longer one.
+        B, Hq, Hkv, D = 1, 16, 4, 128
+        for Tmax, valid in ((256, 72), (1024, 600)):
+            q = rand(B, Hq, D)
+            kc, vc = rand(B, Hkv, Tmax, D), rand(B, Hkv, Tmax, D)
+            valid_len = torch.tensor([valid], dtype=torch.int32, device=dev)
+            start = torch.zeros(B, dtype=torch.int32, device=dev)
+            out = torch.empty(B, Hq, D, device=dev, dtype=dtype)
+            ref = torch.nn.functional.scaled_dot_product_attention(q[:, :, None], kc[:, :, :valid], vc[:, :, :valid],
+                                                                   enable_gqa=True)[:, :, 0]
+            cands = []
+            for split, block_n, block_g in itertools.product((32, 64, 128, 256), (32, 64), (4, 16)):
+                if block_n > split:
+                    continue
+                cands.append(((split, block_n, block_g), lambda s=split, t=(block_n, block_g):
+                              fast_attention.decode_attention(q, kc, vc, valid_len, start, D ** -0.5, out,
+                                                              precision="tf32", split_size=s, tiles=t),
+                              lambda o: rel(o, ref)))
+            report("decode", f"cache {Tmax} live {valid}", cands, 2 * valid * Hkv * D * e, "GB/s")
+    if "norm" in parts:
+        # The encoder's LayerNorm (the course kernel, which the fast path launches): rows per block.
+        from glm_asr_course.runtimes.tile_helpers import next_power_of_2
+        from glm_asr_cutile_example import layers
+        from glm_asr_course.runtimes.cutile import launch
+
+        rows, width = 1500, 1280
+        x, w_ln, b_ln = rand(rows, width), rand(width), rand(width)
+        y = torch.empty_like(x)
+        ref = torch.nn.functional.layer_norm(x.float(), (width,), w_ln.float(), b_ln.float(), 1e-5)
+        block = next_power_of_2(width)
         cands = []
-        for split in (32, 64, 128, 256):
-            cands.append((split, lambda s=split: fast_attention.decode_attention(q, kc, vc, valid_len, start, D ** -0.5,
-                                                                                 out, precision="tf32", split_size=s),
-                          lambda o: rel(o, ref)))
-        report("decode", f"cache {Tmax} live {valid}", cands, 2 * valid * Hkv * D * e, "GB/s")
+        for per_block in (1, 2, 4, 8, 16):
+            def run(per_block=per_block):
+                launch((-(-rows // per_block),), layers.layernorm_kernel, x, w_ln, b_ln, y, 1e-5, per_block, block)
+                return y
+            cands.append(((per_block, block), run, lambda o: rel(o, ref)))
+        report("layernorm", f"{rows}x{width}", cands, 2 * rows * width * e, "GB/s")
     return 0
 
 
