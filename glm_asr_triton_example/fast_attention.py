@@ -37,7 +37,7 @@ DECODE_BLOCK_N = 64
 def _flash_block(acc, m_i, l_i, q, k_rows, v_rows, start_n, offs_m, offs_n, offs_d, kv_lo, Tk,
                  qk_scale, stride_kt, stride_vt, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                 CACHE: tl.constexpr = ""):
+                 CACHE: tl.constexpr):
     """Fold keys [start_n, start_n + BLOCK_N) into the running (acc, max m_i, sum l_i) of each row.
 
     MASKED blocks straddle the causal diagonal, the left-padding edge or the end of the keys; all
@@ -128,17 +128,17 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, kv_start_ptr,
     for start_n in range((kv_lo // BLOCK_N) * BLOCK_N, tl.minimum(full_lo, kv_hi), BLOCK_N):
         acc, m_i, l_i = _flash_block(acc, m_i, l_i, q, k_rows, v_rows, start_n, offs_m, offs_n, offs_d,
                                      kv_lo, Tk, qk_scale, stride_kt, stride_vt, MASKED=True, CAUSAL=CAUSAL,
-                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION)
+                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION, CACHE="")
     # ... the bulk of the keys, unmasked ...
     for start_n in range(full_lo, full_hi, BLOCK_N):
         acc, m_i, l_i = _flash_block(acc, m_i, l_i, q, k_rows, v_rows, start_n, offs_m, offs_n, offs_d,
                                      kv_lo, Tk, qk_scale, stride_kt, stride_vt, MASKED=False, CAUSAL=CAUSAL,
-                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION)
+                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION, CACHE="")
     # ... and the diagonal blocks plus the ragged end of the keys.
     for start_n in range(full_hi, kv_hi, BLOCK_N):
         acc, m_i, l_i = _flash_block(acc, m_i, l_i, q, k_rows, v_rows, start_n, offs_m, offs_n, offs_d,
                                      kv_lo, Tk, qk_scale, stride_kt, stride_vt, MASKED=True, CAUSAL=CAUSAL,
-                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION)
+                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION, CACHE="")
 
     # A query row with no visible key (a left-padding query) has l = 0: write zeros, not 0/0.
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
