@@ -23,9 +23,6 @@ from glm_asr_course.runtimes.triton_helpers import (INTERPRET, batch_and_head, d
                                                     release_consumer, round_to, wait_for_producer)
 
 LOG2E = 1.4426950408889634
-# Decode attention: cache slots a program takes (a short transcription's: one), keys a step.
-DECODE_SPLIT = 256
-DECODE_BLOCK_N = 64
 
 
 # ==================================================================================================
@@ -36,14 +33,12 @@ DECODE_BLOCK_N = 64
 @triton.jit
 def _flash_block(acc, m_i, l_i, q, k_rows, v_rows, start_n, offs_m, offs_n, offs_d, kv_lo, Tk,
                  qk_scale, stride_kt, stride_vt, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                 CACHE: tl.constexpr):
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """Fold keys [start_n, start_n + BLOCK_N) into the running (acc, max m_i, sum l_i) of each row.
 
     MASKED blocks straddle the causal diagonal, the left-padding edge or the end of the keys; all
     other blocks skip the key mask. Channels past HEAD_DIM (a head size that is not a power of two,
-    padded to BLOCK_D) always read as zeros: they add nothing to q.k and are never stored. CACHE: the
-    masked loads' cache modifier (".cg", past L1: keys another program of the launch just wrote).
+    padded to BLOCK_D) always read as zeros: they add nothing to q.k and are never stored.
     """
     n = start_n + offs_n
     k_ptrs = k_rows + n[:, None] * stride_kt + offs_d[None, :]
@@ -52,8 +47,8 @@ def _flash_block(acc, m_i, l_i, q, k_rows, v_rows, start_n, offs_m, offs_n, offs
     if MASKED:
         # Keys outside [kv_lo, Tk) read as zeros, so stray memory (even NaN) never reaches P @ V.
         key_ok = (n >= kv_lo) & (n < Tk)
-        k = tl.load(k_ptrs, mask=key_ok[:, None] & d_ok, other=0.0, cache_modifier=CACHE)
-        v = tl.load(v_ptrs, mask=key_ok[:, None] & d_ok, other=0.0, cache_modifier=CACHE)
+        k = tl.load(k_ptrs, mask=key_ok[:, None] & d_ok, other=0.0)
+        v = tl.load(v_ptrs, mask=key_ok[:, None] & d_ok, other=0.0)
     elif BLOCK_D == HEAD_DIM:
         k = tl.load(k_ptrs)
         v = tl.load(v_ptrs)
@@ -128,17 +123,17 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, kv_start_ptr,
     for start_n in range((kv_lo // BLOCK_N) * BLOCK_N, tl.minimum(full_lo, kv_hi), BLOCK_N):
         acc, m_i, l_i = _flash_block(acc, m_i, l_i, q, k_rows, v_rows, start_n, offs_m, offs_n, offs_d,
                                      kv_lo, Tk, qk_scale, stride_kt, stride_vt, MASKED=True, CAUSAL=CAUSAL,
-                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION, CACHE="")
+                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION)
     # ... the bulk of the keys, unmasked ...
     for start_n in range(full_lo, full_hi, BLOCK_N):
         acc, m_i, l_i = _flash_block(acc, m_i, l_i, q, k_rows, v_rows, start_n, offs_m, offs_n, offs_d,
                                      kv_lo, Tk, qk_scale, stride_kt, stride_vt, MASKED=False, CAUSAL=CAUSAL,
-                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION, CACHE="")
+                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION)
     # ... and the diagonal blocks plus the ragged end of the keys.
     for start_n in range(full_hi, kv_hi, BLOCK_N):
         acc, m_i, l_i = _flash_block(acc, m_i, l_i, q, k_rows, v_rows, start_n, offs_m, offs_n, offs_d,
                                      kv_lo, Tk, qk_scale, stride_kt, stride_vt, MASKED=True, CAUSAL=CAUSAL,
-                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION, CACHE="")
+                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION)
 
     # A query row with no visible key (a left-padding query) has l = 0: write zeros, not 0/0.
     l_i = tl.where(l_i == 0.0, 1.0, l_i)
@@ -235,24 +230,6 @@ def _split_keys(split, b, kv_start_ptr, cache_len_ptr, HAS_KV_START: tl.constexp
 
 
 @triton.jit
-def attend_cache_slots(q, k_rows, v_rows, lo, hi, qk_scale, stride_kt, stride_vt, HEAD_DIM: tl.constexpr,
-                       BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                       CACHE: tl.constexpr):
-    """The unnormalised online softmax (acc, max, sum) of the q rows (BLOCK_G, BLOCK_D) over cache slots
-    [lo, hi) of one kv head (k_rows / v_rows: its slot 0), in _flash_block's masked blocks; lo >= hi: (0, -inf, 0)."""
-    BLOCK_G: tl.constexpr = q.shape[0]
-    offs_n = tl.arange(0, BLOCK_N)
-    m_i = tl.full((BLOCK_G,), float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros((BLOCK_G,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_G, BLOCK_D), dtype=tl.float32)
-    for start_n in range((lo // BLOCK_N) * BLOCK_N, hi, BLOCK_N):
-        acc, m_i, l_i = _flash_block(acc, m_i, l_i, q, k_rows, v_rows, start_n, offs_n, offs_n, tl.arange(0, BLOCK_D),
-                                     lo, hi, qk_scale, stride_kt, stride_vt, MASKED=True, CAUSAL=False,
-                                     HEAD_DIM=HEAD_DIM, BLOCK_D=BLOCK_D, INPUT_PRECISION=INPUT_PRECISION, CACHE=CACHE)
-    return acc, m_i, l_i
-
-
-@triton.jit
 def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, cache_len_ptr, kv_start_ptr,
                                   m_ptr, l_ptr, acc_ptr, o_ptr, n_kv_heads, group, qk_scale,
                                   stride_qb, stride_qh, stride_kb, stride_kh, stride_kt,
@@ -272,6 +249,8 @@ def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, cache_len_ptr, kv_start_p
     lo, hi = _split_keys(split, b, kv_start_ptr, cache_len_ptr, HAS_KV_START, SPLIT)
     # A split wholly past the live cache (or inside the left padding) runs no block and leaves
     # (max, sum, acc) = (-inf, 0, 0); the combine kernel applies the same test and skips it.
+    first = (lo // BLOCK_N) * BLOCK_N
+    end = tl.where(lo < hi, hi, first)
     # All `group` query heads sharing kv head hk are rows of one tile, so each K/V tile is read
     # from memory once for the whole group (decode is bound by reading the cache). BLOCK_G pads
     # the group to the 16 rows a tensor-core dot needs.
@@ -284,8 +263,25 @@ def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, cache_len_ptr, kv_start_p
                 other=0.0)
     k_rows = k_ptr + b * stride_kb + hk * stride_kh
     v_rows = v_ptr + b * stride_vb + hk * stride_vh
-    acc, m_i, l_i = attend_cache_slots(q, k_rows, v_rows, lo, hi, qk_scale, stride_kt, stride_vt, HEAD_DIM, BLOCK_D,
-                                       BLOCK_N, INPUT_PRECISION, "")
+    m_i = tl.full((BLOCK_G,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_G,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_G, BLOCK_D), dtype=tl.float32)
+    # Every block below holds at least one visible key (its first block contains lo), so the
+    # row max is finite from the first block on.
+    for start_n in range(first, end, BLOCK_N):
+        n = start_n + tl.arange(0, BLOCK_N)
+        key_ok = (n >= lo) & (n < hi)
+        # Masked keys read as zeros: cache slots past cache_len may hold anything.
+        k = tl.load(k_rows + n[:, None] * stride_kt + offs_d[None, :], mask=key_ok[:, None] & d_ok, other=0.0)
+        v = tl.load(v_rows + n[:, None] * stride_vt + offs_d[None, :], mask=key_ok[:, None] & d_ok, other=0.0)
+        s = dot(q, tl.trans(k), None, INPUT_PRECISION) * qk_scale
+        s = tl.where(key_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = dot(round_to(p, v.dtype), v, acc * alpha[:, None], INPUT_PRECISION)
+        m_i = m_new
     if DIRECT:
         # No visible key at all: output 0 instead of NaN, as the combine kernel does.
         o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
@@ -349,7 +345,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     assert one == 1 and k_cache.shape == v_cache.shape == (B, Hkv, Tmax, D) and Hq % Hkv == 0
     assert q.stride(3) == k_cache.stride(3) == v_cache.stride(3) == 1
     if split_size is None:
-        split_size = triton.next_power_of_2(Tmax) if INTERPRET else DECODE_SPLIT
+        split_size = triton.next_power_of_2(Tmax) if INTERPRET else 256
     assert split_size % 16 == 0
     assert cache_len.dtype == torch.int32 and (kv_start is None or kv_start.dtype == torch.int32)
     group = Hq // Hkv
@@ -372,7 +368,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         out.stride(0), out.stride(2),
         HAS_KV_START=kv_start is not None, HEAD_DIM=D, BLOCK_D=max(16, triton.next_power_of_2(D)),
         SPLIT=split_size, DIRECT=direct, INPUT_PRECISION=precision,
-        BLOCK_N=min(split_size if INTERPRET else DECODE_BLOCK_N, split_size),
+        BLOCK_N=min(split_size if INTERPRET else 64, split_size),
         BLOCK_G=max(16, triton.next_power_of_2(group)), num_warps=4, num_stages=2, **pdl,
     )
     if not direct:

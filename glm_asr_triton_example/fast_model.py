@@ -11,9 +11,8 @@ that saves a round trip through memory or a launch. Read top to bottom:
   decoder_layers  28 × [RMSNorm → fused QKV GEMM → RoPE + KV-cache write → attention (causal flash
                   for the prompt, split-K flash-decoding for one new token) → O GEMM (+residual) →
                   RMSNorm → fused gate/up GEMM with SwiGLU → down GEMM (+residual)]. For one token
-                  (decode, batch 1, a cache of one split) a layer is 4 kernels: RMSNorm → q|k|v GEMV →
-                  RoPE → cache write → attention in one, O (+residual), RMSNorm → gate|up, and
-                  SwiGLU → down (+residual).
+                  (decode, batch 1) a layer is 5 kernels: RMSNorm → q|k|v GEMV → RoPE → cache write in
+                  one, attention, O (+residual), RMSNorm → gate|up, and SwiGLU → down (+residual).
   greedy_head     RMSNorm + lm_head + argmax fused: the logits never reach memory.
 
 Kernels: fast_linear.py (GEMM / GEMV), fast_attention.py, fast_rope.py, fast_head.py; shared with the
@@ -33,7 +32,7 @@ from glm_asr_course.model.precision import Precision
 from glm_asr_course.model.regions import region
 
 from .conv import conv1d
-from .fast_attention import flash_attention
+from .fast_attention import decode_attention, flash_attention
 from .fast_head import greedy_head
 from .fast_linear import linear, llama_mlp
 from .fast_rope import project_qkv_into_cache
@@ -46,8 +45,6 @@ class FastGlmAsr(FastPathModel):
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str):
         super().__init__(cfg, weights, device, precision, track_ops(__package__))
-        # qkv_rope_gemv_kernel's per-kv-head counters when it also attends (fast_rope.project_qkv_into_cache).
-        self.arrivals = torch.zeros(cfg.decoder.num_kv_heads, dtype=torch.int32, device=self.device)
 
     def conv_gelu(self, x, weight, bias, stride: int):
         return conv1d(x, weight, bias, stride=stride, gelu=True, precision=self.dot)
@@ -77,12 +74,13 @@ class FastGlmAsr(FastPathModel):
         q = torch.empty((state.batch, tokens, d.num_heads, d.head_dim), dtype=self.dtype, device=self.device)
         for layer, k_cache, v_cache in zip(self.w.decoder_layers, state.k_cache, state.v_cache):
             with region("decoder.layer"):
-                attend = (state.valid_len, d.head_dim ** -0.5, self.arrivals, None) if decode else None
-                attn = project_qkv_into_cache(x, layer.qkv_weight, layer.ln1_weight, d.rms_norm_eps, d.num_heads,
-                                              d.num_kv_heads, d.head_dim, self.dec_cos, self.dec_sin, d.rotary_dim,
-                                              q, k_cache, v_cache, state.cache_pos, state.kv_start,
-                                              precision=self.dot, attend=attend)
-                if not decode:
+                project_qkv_into_cache(x, layer.qkv_weight, layer.ln1_weight, d.rms_norm_eps, d.num_heads,
+                                       d.num_kv_heads, d.head_dim, self.dec_cos, self.dec_sin, d.rotary_dim,
+                                       q, k_cache, v_cache, state.cache_pos, state.kv_start, precision=self.dot)
+                if decode:
+                    attn = decode_attention(q, k_cache, v_cache, state.valid_len, state.kv_start, d.head_dim ** -0.5,
+                                            precision=self.dot)
+                else:
                     attn = flash_attention(q, k_cache, v_cache, d.head_dim ** -0.5, causal=True, precision=self.dot,
                                            kv_start=state.kv_start, kv_layout="bhtd")
                 x = linear(attn.view(state.batch * tokens, -1), layer.o_weight, residual=x, out=x,

@@ -14,7 +14,6 @@ import triton.language as tl
 from glm_asr_course.runtimes.triton_helpers import (INTERPRET, pdl_options, release_consumer, round_to,
                                                     rows_per_program, wait_for_producer)
 
-from .fast_attention import DECODE_BLOCK_N, DECODE_SPLIT, LOG2E, attend_cache_slots, decode_attention
 from .fast_linear import gemv_rows, linear, one_row_gemv_config
 
 # ---------------------------------------------------------------------------------------------
@@ -158,32 +157,19 @@ def rope_qkv_into_cache(qkv: torch.Tensor, num_q_heads: int, num_kv_heads: int, 
 def qkv_rope_gemv_kernel(x_ptr, w_ptr, norm_weight_ptr, eps, cos_ptr, sin_ptr, cache_pos_ptr, kv_start_ptr,
                          q_out_ptr, k_cache_ptr, v_cache_ptr, K, stride_wn, stride_table,
                          stride_kc_h, stride_kc_t, stride_vc_h, stride_vc_t, cache_len_max,
-                         arrivals_ptr, cache_len_ptr, attn_ptr, qk_scale,
                          N_Q_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                         BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, ATTEND: tl.constexpr,
-                         BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                         PDL: tl.constexpr):
+                         BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     """BLOCK_P rotation pairs (d, d + HEAD_DIM/2) of one head: their 2 * BLOCK_P weight rows go
     through the GEMV together, so the epilogue holds both halves of every pair it rotates.
 
-    Grid: ((N_Q_HEADS + 2 * N_KV_HEADS) * HEAD_DIM / 2 / BLOCK_P,), kv head j's group after group: its
-    q heads, k head, v head. q goes to q_out (Hq, D), k and v to the cache slot cache_pos[0].
-
-    ATTEND (a launch fewer a layer): each program counts itself into arrivals[j] after its stores; the
-    group's last one attends over slots [kv_start[0], cache_len[0]) into attn (Hq, D), resets arrivals[j].
-    Contiguous groups let the first ones attend while later ones still stream their weights.
+    Grid: ((N_Q_HEADS + 2 * N_KV_HEADS) * HEAD_DIM / 2 / BLOCK_P,). Heads are q, then k, then v (the
+    fused weight's row order); q goes to q_out (Hq, D), k and v to the cache slot cache_pos[0].
     """
     release_consumer(PDL)
     HALF: tl.constexpr = HEAD_DIM // 2
-    GROUP: tl.constexpr = N_Q_HEADS // N_KV_HEADS
-    PER_HEAD: tl.constexpr = HALF // BLOCK_P
-    PER_GROUP: tl.constexpr = (GROUP + 2) * PER_HEAD  # programs of a group: its q heads, k and v
     pid = tl.program_id(0)
-    kv_head = pid // PER_GROUP
-    member = (pid % PER_GROUP) // PER_HEAD
-    head = tl.where(member < GROUP, kv_head * GROUP + member,
-                    tl.where(member == GROUP, N_Q_HEADS + kv_head, N_Q_HEADS + N_KV_HEADS + kv_head))
-    first_pair = (pid % PER_HEAD) * BLOCK_P
+    head = pid // (HALF // BLOCK_P)
+    first_pair = (pid % (HALF // BLOCK_P)) * BLOCK_P
     d = first_pair + tl.arange(0, BLOCK_P)
     # Rows [x1 rows | x2 rows]: pair i sits at i and BLOCK_P + i.
     r = tl.arange(0, 2 * BLOCK_P)
@@ -211,78 +197,43 @@ def qkv_rope_gemv_kernel(x_ptr, w_ptr, norm_weight_ptr, eps, cos_ptr, sin_ptr, c
         dst = v_cache_ptr + (head - N_Q_HEADS - N_KV_HEADS) * stride_vc_h + slot * stride_vc_t + d
         tl.store(dst, x1)
         tl.store(dst + HALF, x2)
-    if ATTEND:
-        # The barrier, then the count's release, publish every thread's stores; the last one acquires.
-        tl.debug_barrier()
-        if tl.atomic_add(arrivals_ptr + kv_head, 1, sem="acq_rel", scope="gpu") == PER_GROUP - 1:
-            tl.atomic_xchg(arrivals_ptr + kv_head, 0, sem="relaxed", scope="gpu")
-            # The group's q heads padded to 16 rows (a tensor-core dot); loads past L1 (just written).
-            g = tl.arange(0, BLOCK_G)
-            in_group = (g < GROUP)[:, None]
-            offsets = (kv_head * GROUP + g)[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
-            q = tl.load(q_out_ptr + offsets, mask=in_group, other=0.0, cache_modifier=".cg")
-            acc, _, l_i = attend_cache_slots(q, k_cache_ptr + kv_head * stride_kc_h, v_cache_ptr + kv_head * stride_vc_h,
-                                             tl.load(kv_start_ptr), tl.load(cache_len_ptr), qk_scale, stride_kc_t,
-                                             stride_vc_t, HEAD_DIM, HEAD_DIM, BLOCK_N, INPUT_PRECISION, ".cg")
-            o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-            tl.store(attn_ptr + offsets, round_to(o, attn_ptr.dtype.element_ty), mask=in_group)
 
 
 def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weight: torch.Tensor, eps: float,
                            num_q_heads: int, num_kv_heads: int, head_dim: int,
                            cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int,
                            q_out: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           cache_pos: torch.Tensor, kv_start: torch.Tensor, *, precision: str,
-                           attend: tuple | None = None) -> torch.Tensor | None:
+                           cache_pos: torch.Tensor, kv_start: torch.Tensor, *, precision: str) -> None:
     """The decoder layer's attention inputs: h = rmsnorm(x); q|k|v = h @ qkv_weight^T; rotated q into
     q_out (B, T, Hq, D), rotated k and raw v into the caches at slot cache_pos + t.
 
     x: (B*T, H) rows. One token of one row with the whole head rotated (decode at batch 1) is one
     launch, qkv_rope_gemv_kernel (a power-of-two head); otherwise the RMSNorm-prologue linear() and
     rope_qkv_into_cache. precision: "tf32" or "ieee" for fp32 operands.
-    attend: (cache_len, scale, arrivals, out) for a new token: its attention too, returned (as
-    fast_attention.decode_attention's). A cache of one split (at most DECODE_SPLIT slots) is attended
-    by the token's one launch; arrivals (int32 (Hkv,) zeros) are its counters, left at zero.
     """
     B, T = q_out.shape[:2]
-    fused = False
     if B * T != 1 or rotary_dim != head_dim or head_dim != triton.next_power_of_2(head_dim):
         qkv = linear(x, qkv_weight, rms_norm=(norm_weight, eps), precision=precision).view(B, T, -1)
         rope_qkv_into_cache(qkv, num_q_heads, num_kv_heads, head_dim, cos, sin, rotary_dim, q_out, k_cache,
                             v_cache, cache_pos, kv_start)
-    else:
-        K = x.shape[-1]
-        half, group = head_dim // 2, num_q_heads // num_kv_heads
-        assert qkv_weight.shape == ((num_q_heads + 2 * num_kv_heads) * head_dim, K) and qkv_weight.stride(1) == 1
-        assert x.is_contiguous() and q_out.is_contiguous() and k_cache.stride(3) == v_cache.stride(3) == 1
-        assert cos.shape[1] == half and sin.stride() == cos.stride() and num_q_heads == group * num_kv_heads
-        # The one-row GEMV's tile from the linear table (its BLOCK_N rows as BLOCK_N / 2 pairs, at most a
-        # head's worth); the whole K in one program, so no split.
-        tile = one_row_gemv_config(qkv_weight.shape[0], K, x.dtype, x.device)
-        block_p = min(tile["BLOCK_N"] // 2, half)
-        launch = {key: tile[key] for key in ("num_warps", "num_stages") if key in tile}
-        fused = attend is not None and k_cache.shape[2] <= DECODE_SPLIT
-        cache_len, scale, arrivals, attn = attend if fused else (kv_start, 1.0, kv_start, q_out)
-        if fused:
-            assert arrivals.shape == (num_kv_heads,) and arrivals.dtype == cache_len.dtype == torch.int32
-            attn = torch.empty_like(q_out) if attn is None else attn
-            assert attn.shape == q_out.shape and attn.is_contiguous()
-        qkv_rope_gemv_kernel[((num_q_heads + 2 * num_kv_heads) * half // block_p,)](
-            x, qkv_weight, norm_weight, eps, cos, sin, cache_pos, kv_start, q_out, k_cache, v_cache,
-            K, qkv_weight.stride(0), cos.stride(0),
-            k_cache.stride(1), k_cache.stride(2), v_cache.stride(1), v_cache.stride(2), k_cache.shape[2],
-            arrivals, cache_len, attn, scale * LOG2E,
-            N_Q_HEADS=num_q_heads, N_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_P=block_p,
-            BLOCK_K=tile["BLOCK_K"], ATTEND=fused, BLOCK_G=max(16, triton.next_power_of_2(group)),
-            BLOCK_N=DECODE_BLOCK_N, INPUT_PRECISION=precision, enable_fp_fusion=False, **pdl_options(x.device),
-            **launch,
-        )
-        if fused:
-            return attn
-    if attend is None:
-        return None
-    cache_len, scale, _, out = attend
-    return decode_attention(q_out, k_cache, v_cache, cache_len, kv_start, scale, out, precision=precision)
+        return
+    K = x.shape[-1]
+    half = head_dim // 2
+    assert qkv_weight.shape == ((num_q_heads + 2 * num_kv_heads) * head_dim, K) and qkv_weight.stride(1) == 1
+    assert x.is_contiguous() and q_out.is_contiguous() and k_cache.stride(3) == v_cache.stride(3) == 1
+    assert cos.shape[1] == half and sin.stride() == cos.stride()
+    # The one-row GEMV's tile from the linear table (its BLOCK_N rows as BLOCK_N / 2 pairs, at most a
+    # head's worth); the whole K in one program, so no split.
+    tile = one_row_gemv_config(qkv_weight.shape[0], K, x.dtype, x.device)
+    block_p = min(tile["BLOCK_N"] // 2, half)
+    launch = {key: tile[key] for key in ("num_warps", "num_stages") if key in tile}
+    qkv_rope_gemv_kernel[((num_q_heads + 2 * num_kv_heads) * half // block_p,)](
+        x, qkv_weight, norm_weight, eps, cos, sin, cache_pos, kv_start, q_out, k_cache, v_cache,
+        K, qkv_weight.stride(0), cos.stride(0),
+        k_cache.stride(1), k_cache.stride(2), v_cache.stride(1), v_cache.stride(2), k_cache.shape[2],
+        N_Q_HEADS=num_q_heads, N_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, BLOCK_P=block_p, BLOCK_K=tile["BLOCK_K"],
+        enable_fp_fusion=False, **pdl_options(x.device), **launch,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -319,7 +270,6 @@ def _self_check():
     check.check("qkv_rope_gemv_kernel", fused,
                 lambda: torch_rope(q_lin, cos[slot:slot + 1][None], sin[slot:slot + 1][None], 128),
                 f"1x{H}->{(Hq + 2 * Hkv) * D} bf16", 1e-2, graph=on_gpu)
-
     check.finish()
 
 

@@ -23,7 +23,6 @@ import pytest  # noqa: E402
 from glm_asr_course.reference import torch_ops  # noqa: E402
 from glm_asr_triton_example.conv import conv1d  # noqa: E402
 from glm_asr_triton_example.fast_attention import decode_attention, flash_attention  # noqa: E402
-from glm_asr_triton_example import fast_rope  # noqa: E402
 from glm_asr_triton_example.fast_rope import project_qkv_into_cache, rope_qkv_into_cache  # noqa: E402
 from glm_asr_triton_example.rope import rope_tables  # noqa: E402
 
@@ -257,55 +256,6 @@ def test_flash_attention_long_causal(dtype):
     ref = torch_ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, causal=True,
                         kv_start=starts).transpose(1, 2)
     _check_flash(got, ref, dtype, out)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n_q,n_kv,head_dim,Tmax,kv_start,fused", [
-    (4, 2, 64, 24, 0, True),    # one launch: the q|k|v GEMV attends too (a cache of one split)
-    (8, 2, 32, 40, 5, True),    # four query heads a kv head, a left-padded row
-    (4, 4, 64, 24, 0, True),    # one query head a kv head
-    (4, 2, 64, 300, 2, False),  # a cache of more than one split: the projection, then decode_attention
-])
-def test_project_qkv_into_cache_and_attend(monkeypatch, dtype, n_q, n_kv, head_dim, Tmax, kv_start, fused):
-    """The decode step's attention in one launch: the new token's q, k and v (rounded, rotated, k and v
-    written to the cache), its attention over the live slots, and counters left at zero for the next
-    launch (two steps in a row). The earlier slots hold values of zero, so the output is the new
-    token's value weighted against the earlier keys: a q, k or v read before it was written shows."""
-    H, eps, first_slot = 96, 1e-5, 12
-    g = torch.Generator().manual_seed(head_dim * 100 + n_q * 10 + Tmax)
-    x = (torch.randn(1, H, generator=g) * 2).to(DEV, dtype)
-    norm_weight = torch.randn(H, generator=g).to(DEV, dtype)
-    weight = (torch.randn((n_q + 2 * n_kv) * head_dim, H, generator=g) * H ** -0.5).to(DEV, dtype)
-    k_cache = torch.randn(1, n_kv, Tmax, head_dim, generator=g).to(DEV, dtype)
-    v_cache = torch.zeros(1, n_kv, Tmax, head_dim, dtype=dtype, device=DEV)
-    k_before = k_cache.clone()
-    k_cache[:, :, first_slot + 2:] = float("nan")  # past the live slots: never read
-    start = torch.tensor([kv_start], dtype=torch.int32, device=DEV)
-    cos, sin = half_tables(64, head_dim, 10000.0)
-    arrivals = torch.zeros(n_kv, dtype=torch.int32, device=DEV)
-    q_out = nan_like((1, 1, n_q, head_dim), dtype)
-    scale = head_dim ** -0.5
-    normed = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
-    qkv = ((norm_weight * normed).double() @ weight.double().T).to(dtype).view(1, 1, n_q + 2 * n_kv, head_dim)
-    keys, values = k_before.clone(), v_cache.clone()
-    separate = []  # decode_attention launches made in place of the fused one
-    monkeypatch.setattr(fast_rope, "decode_attention", lambda *a, **k: separate.append(1) or decode_attention(*a, **k))
-    for slot in (first_slot, first_slot + 1):
-        out = nan_like((1, 1, n_q, head_dim), dtype)
-        got = project_qkv_into_cache(x, weight, norm_weight, eps, n_q, n_kv, head_dim, cos, sin, head_dim, q_out,
-                                     k_cache, v_cache, torch.tensor([slot], dtype=torch.int32, device=DEV), start,
-                                     precision=IEEE, attend=(torch.tensor([slot + 1], dtype=torch.int32, device=DEV),
-                                                             scale, arrivals, out))
-        positions = torch.tensor([[slot - kv_start]], device=DEV)
-        keys[:, :, slot] = hf_rope(qkv[:, :, n_q:n_q + n_kv], positions, head_dim, dtype)[:, 0]
-        values[:, :, slot] = qkv[:, 0, n_q + n_kv:]
-        q = hf_rope(qkv[:, :, :n_q], positions, head_dim, dtype)
-        ref = torch_ops.attention(q.transpose(1, 2), keys[:, :, :slot + 1], values[:, :, :slot + 1], scale,
-                                  kv_start=start).transpose(1, 2)
-        assert got is out and rel_err(got, ref) < TOL[dtype]
-        assert rel_err(q_out, q) < TOL[dtype]
-    assert torch.equal(arrivals, torch.zeros_like(arrivals))
-    assert len(separate) == (0 if fused else 2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
