@@ -10,7 +10,7 @@
                             the input from what the previous kernel would have produced (RMSNorm of
                             the row, or SiLU(gate) * up), its epilogue adds the residual
 
-``linear``, ``swiglu_linear``, ``llama_mlp`` and ``lm_head_logits`` pick the kernel and its tiles
+``linear``, ``swiglu_linear`` and ``llama_mlp`` pick the kernel and its tiles
 from a table (``_linear_config``) built from sweeps at the real shapes (glm_asr_lab/tuning/sweep_linear.py;
 docs/performance.md has the numbers). Every kernel rounds to the activation dtype where
 transformers does (a Linear's output before GELU or the residual add, SwiGLU's four roundings).
@@ -535,11 +535,6 @@ def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_we
         return _launch_linear(gate_up, down_weight, None, x, x, False, False, precision, prologue="swiglu")
     activated = swiglu_linear(rmsnorm(x, norm_weight, eps), gate_up_weight, precision=precision)
     return linear(activated, down_weight, residual=x, out=x, precision=precision)
-
-
-def lm_head_logits(x_normed: torch.Tensor, lm_head_weight: torch.Tensor, *, precision: str):
-    """Full logits (..., V) = x_normed @ lm_head_weight^T, in x_normed.dtype (as HF's lm_head)."""
-    return linear(x_normed, lm_head_weight, precision=precision)
 
 
 # ---------------------------------------------------------------------------------------------
