@@ -367,11 +367,6 @@ def test_swiglu_prologue_needs_one_row(gen):
                               prologue="swiglu")
 
 
-def test_lm_head_logits(gen):
-    x, w = rand(gen, 3, 64, dtype=BF16), rand(gen, 300, 64, dtype=BF16)
-    assert_close(fast_linear.lm_head_logits(x, w, precision=TF32), x.double() @ w.double().T, GEMM_TOL[BF16])
-
-
 # ---------------------------------------------------------------------------------------------
 # Embedding gather
 # ---------------------------------------------------------------------------------------------

@@ -186,7 +186,8 @@ for part in "${PARTS[@]}"; do
         robust)
             for track in triton $(has_cutile && echo cutile); do
                 for file in fast_linear fast_attention fast_rope fast_head; do
-                    step "self-check glm_asr_${track}_example/$file.py" 120 python3 "glm_asr_${track}_example/$file.py"
+                    # Run as modules: the fast-path files import their neighbours relatively.
+                    step "self-check glm_asr_${track}_example/$file.py" 120 python3 -m "glm_asr_${track}_example.$file"
                 done
             done
             step "kernel tests (Triton fast path)" 300 python3 -m pytest -q -x tests/test_triton_layers.py \
