@@ -8,8 +8,11 @@ grades.csv and another student's result, and six that game their time (the cheat
 the class gets wrong (--cases; the grader's default is every case), they give PASS, FAIL, TODO, CRASH,
 TIMEOUT, PASS with its log cut, TAMPERED with the overwritten files put back, and TAMPERED for each
 cheat for its own reason, its correctness kept (the side-stream cheat, GPU only, is an honest PASS
-here); an honest time agrees with the grader's clock. A second run grades nothing (every submission hashes as before);
-a removed result is graded again alone; an interrupt stops the workers and keeps what was graded.
+here); an honest time agrees with the grader's clock. The sleeper is graded after the others, alone, with a
+limit of seconds: the limit every other submission fits in would keep the suite waiting two minutes on it
+(a result is reused whatever limit it was graded with). A second run grades nothing (every submission
+hashes as before); a removed result is graded again alone; an interrupt stops the workers and keeps what
+was graded.
 The same grading as a Slurm job array: tests/test_slurm.py. Bad input: one line, exit 2, here.
 """
 
@@ -33,6 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 from glm_asr_lab import synthetic_class
 
 LIMIT_S = 120  # a correct submission takes ~10 s here, on a loaded machine 40-50 s
+SLEEPER_LIMIT_S = 5  # the sleeper sleeps an hour at import: any limit stops it
 EXPECTED = {"correct": "PASS", "wrong": "FAIL", "todo": "TODO", "crash": "CRASH", "sleeper": "TIMEOUT",
             "chatty": "PASS", "tamper": "TAMPERED", "cheat_timer": "TAMPERED", "cheat_events": "TAMPERED",
             "cheat_clock": "TAMPERED", "cheat_quiet": "TAMPERED", "cheat_cache": "TAMPERED", "cheat_stream": "PASS"}
@@ -44,9 +48,9 @@ CAUGHT = {"cheat_timer": ("glm_asr_course.timer.ms_between", True), "cheat_event
           "cheat_cache": ("glm_asr_course.model.engine.GreedyModel.generate", False)}
 
 
-def grade(submissions, out, tiny_ckpt, clip, *extra, timeout=1800):
+def grade(submissions, out, tiny_ckpt, clip, *extra, limit_s=LIMIT_S, timeout=1800):
     command = [str(REPO / "benchmark.sh"), "--grade", str(submissions), "--out", str(out), "--model", str(tiny_ckpt),
-               "--audio", str(clip), "--max-new-tokens", "2", "--time-limit", str(LIMIT_S),
+               "--audio", str(clip), "--max-new-tokens", "2", "--time-limit", str(limit_s),
                "--cases", "gelu_kernel,silu_kernel", *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=out.parent)
 
@@ -62,13 +66,17 @@ def graded(tmp_path_factory, tiny_ckpt, clips):
     submissions, out = root / "submissions", root / "grading"
     synthetic_class.main([str(submissions), "--track", "cutile", "--grading-dir", str(out)])
     started = time.monotonic()
-    first = grade(submissions, out, tiny_ckpt, clips["short"])
-    return submissions, out, first, time.monotonic() - started
+    others = grade(submissions, out, tiny_ckpt, clips["short"], "--only", ",".join(sorted(set(EXPECTED) - {"sleeper"})))
+    sleeper = grade(submissions, out, tiny_ckpt, clips["short"], "--only", "sleeper", limit_s=SLEEPER_LIMIT_S)
+    return submissions, out, (others, sleeper), time.monotonic() - started
 
 
 def test_thirteen_submissions_give_thirteen_rows(graded):
-    _, out, result, _ = graded
+    _, out, (others, result), _ = graded
+    assert others.returncode == 0, others.stdout + others.stderr
+    assert ": 15 to run, 0 unchanged" in others.stdout, others.stdout
     assert result.returncode == 0, result.stdout + result.stderr
+    assert ": 1 to run, 3 unchanged" in result.stdout, result.stdout  # the baselines
     rows = table(out)
     assert {name: row["status"] for name, row in rows.items()} == EXPECTED, result.stdout
     assert "13 students: 3 PASS, 1 FAIL, 1 TODO, 1 TIMEOUT, 1 CRASH, 6 TAMPERED" in result.stdout
@@ -88,7 +96,7 @@ def test_thirteen_submissions_give_thirteen_rows(graded):
     todo = rows["todo"]
     assert todo["silu_kernel"] == "TODO" and "the model run stopped at silu_kernel, a TODO" in todo["note"]
     assert rows["crash"]["note"] == "RuntimeError: this submission raises at import"
-    assert rows["sleeper"]["note"] == f"stopped after {LIMIT_S} s (--time-limit)"
+    assert rows["sleeper"]["note"] == f"stopped after {SLEEPER_LIMIT_S} s (--time-limit)"
 
     chatty = rows["chatty"]
     assert chatty["note"].startswith("printed 5.") and "its log keeps the first 256 kB and the last 64 kB" in \

@@ -63,7 +63,8 @@ def test_course_path_signatures_compile_for_sm_90(tiny_ckpt, clips, tmp_path, mo
     emulate_grid = cutile_emulator.launch
     with monkeypatch.context() as patch:
         patch.setattr(cutile_emulator, "launch",
-                      lambda stream, grid, kern, args: emulate_grid(stream, (1,) * len(grid), kern, args))
+                      lambda stream, grid, kern, args, **options: emulate_grid(stream, (1,) * len(grid), kern, args,
+                                                                               **options))
         for precision in ("tf32", "bf16"):
             model, cfg = full_width_model(precision)
             model.generate(prepare_inputs([load_audio(clips["short"])], cfg, None), 2, 2)

@@ -48,9 +48,9 @@ def test_forward_uses_torch_only_to_allocate_view_and_copy(track, tiny_ckpt, cli
     if cutile_runtime.MODE == "emulate":
         emulated_launch = cutile_runtime.ct.launch
 
-        def launch_outside_the_record(*args):
+        def launch_outside_the_record(*args, **options):
             with _disable_current_modes():
-                emulated_launch(*args)
+                emulated_launch(*args, **options)
 
         monkeypatch.setattr(cutile_runtime.ct, "launch", launch_outside_the_record)
     with OpRecorder() as recorder:
