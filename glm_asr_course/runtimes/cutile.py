@@ -24,6 +24,7 @@ process add the kernel signatures it launched to FILE (JSON) when it exits, for 
 """
 
 import atexit
+import functools
 import json
 import os
 from pathlib import Path
@@ -58,9 +59,9 @@ class LaunchRefused(UserError):
     """A launch in a process that only compiles kernels."""
 
 
+@functools.cache
 def pdl_enabled() -> bool:
-    """Programmatic dependent launch on this process's GPU: compute capability 9.0+ (Hopper) unless
-    GLM_ASR_PDL=0 (for comparisons)."""
+    """Programmatic dependent launch here: a GPU of compute capability 9.0+ unless GLM_ASR_PDL=0 (read once)."""
     if MODE != "gpu" or os.environ.get("GLM_ASR_PDL", "1") == "0":
         return False
     return torch.cuda.get_device_capability()[0] >= 9
@@ -69,9 +70,8 @@ def pdl_enabled() -> bool:
 def launch(grid, kernel, *args, pdl: bool = False) -> None:
     """Launch ``kernel`` over ``grid`` (a tuple of 1 to 3 block counts) with ``args``.
 
-    ``pdl``: launch with programmatic dependent launch where the GPU has it (``pdl_enabled``): the
-    kernel may start while the one before it drains, so it must call
-    ``ct.grid_dependency_control_wait()`` before it touches memory that kernel writes or reads.
+    ``pdl``: programmatic dependent launch where the GPU has it: the kernel may start while the one
+    before drains, so it calls ``ct.grid_dependency_control_wait()`` before touching that one's memory.
 
     ``kernel`` may be a template's unwritten kernel (glm_asr_course.kernels.todo_kernels.TodoKernel,
     known here by its ``resolve`` method, so that this layer needs nothing of the course's): the

@@ -91,10 +91,8 @@ def main(argv=None) -> int:
             out = torch.empty(1, N // 2 if how.get("gated") else N, device=dev, dtype=dtype)
             turn = itertools.count()
             cands = []
-            for block_n, kbytes, per_step in itertools.product((4, 8, 16, 32), (512, 1024, 2048, 4096), (False, True)):
-                if per_step and block_n < 8:
-                    continue
-                tiles = ("gemv", (block_n, kbytes // e, per_step))
+            for block_n, kbytes in itertools.product((4, 8, 16, 32), (512, 1024, 2048, 4096)):
+                tiles = ("gemv", (block_n, kbytes // e))
                 cands.append((tiles[1], lambda t=tiles: fast_linear._launch(
                     x, weights[next(turn) % COPIES], None, out, precision="tf32", tiles=t, **how),
                     lambda _: 0.0))
@@ -172,7 +170,7 @@ def main(argv=None) -> int:
             report("decode", f"cache {Tmax} live {valid}", cands, 2 * valid * Hkv * D * e, "GB/s")
     if "norm" in parts:
         # The encoder's LayerNorm (the course kernel, which the fast path launches): rows per block.
-        from glm_asr_course.runtimes.tile_helpers import next_power_of_2
+        from glm_asr_course.runtimes.tile_helpers import cdiv, next_power_of_2
         from glm_asr_cutile_example import layers
         from glm_asr_course.runtimes.cutile import launch
 
@@ -184,7 +182,7 @@ def main(argv=None) -> int:
         cands = []
         for per_block in (1, 2, 4, 8, 16):
             def run(per_block=per_block):
-                launch((-(-rows // per_block),), layers.layernorm_kernel, x, w_ln, b_ln, y, 1e-5, per_block, block)
+                launch((cdiv(rows, per_block),), layers.layernorm_kernel, x, w_ln, b_ln, y, 1e-5, per_block, block)
                 return y
             cands.append(((per_block, block), run, lambda o: rel(o, ref)))
         report("layernorm", f"{rows}x{width}", cands, 2 * rows * width * e, "GB/s")
