@@ -94,6 +94,8 @@ def bench_table(rows: list[dict], parity: list[dict]) -> list[str]:
 # and of the Triton fast path in IEEE fp32 (ieee.json).
 TRITON_FAST, CUTILE_FAST, TRITON_COURSE = ("glm_asr_triton_example:fast", "glm_asr_cutile_example:fast",
                                            "glm_asr_triton_example:course")
+# Issue 27's target for the encoder's flash attention, a share of the dense bf16 peak measured in the same run.
+ATTENTION_TARGET = 0.45
 ENCODER_GEMMS = ("encoder qkv", "encoder o", "encoder fc1 +gelu", "encoder fc2")  # micro's rows, one layer's four
 
 
@@ -139,8 +141,12 @@ def transcription_rates(report: dict | None, peaks: Peaks) -> dict:
     if "graph_launches" in graph:
         out["launches_per_token"] = graph["graph_launches"] / report["tokens"]
         out["kernels_outside_graphs"] = graph["kernels_outside_graphs"]
-    gemm = next((c for c in report["operator_classes"] if (c["phase"], c["class"]) == ("encoder", "gemm")), None)
-    out["gemm_in_model_tflops"] = gemm and gemm["tflops"]
+    def encoder_tflops(kind):
+        found = next((c for c in report["operator_classes"] if (c["phase"], c["class"]) == ("encoder", kind)), None)
+        return found and found["tflops"]
+
+    out["gemm_in_model_tflops"] = encoder_tflops("gemm")
+    out["attention_in_model_tflops"] = encoder_tflops("attention")
     return out
 
 
@@ -225,8 +231,11 @@ def fastpath_tables(out: Path) -> list[str]:
         row("encoder GEMMs in the transcription (kernel time)",
             [of_peak(model[t].get("gemm_in_model_tflops")) for t in tracks], "-", lambda t: None)
         row("encoder flash attention, alone (TFLOP/s, % of dense peak)",
-            [of_peak(alone[t].get("attention_tflops")) for t in tracks], "≥ 50 % of peak",
-            lambda t: alone[t]["attention_tflops"] >= bf16_peak / 2 if "attention_tflops" in alone[t] else None)
+            [of_peak(alone[t].get("attention_tflops")) for t in tracks], f"≥ {100 * ATTENTION_TARGET:.0f} % of peak",
+            lambda t: alone[t]["attention_tflops"] >= ATTENTION_TARGET * bf16_peak if "attention_tflops" in alone[t]
+            else None)
+        row("encoder flash attention in the transcription (kernel time)",
+            [of_peak(model[t].get("attention_in_model_tflops")) for t in tracks], "-", lambda t: None)
         row("decode step with lm_head (median replay: ms, GB/s, % of copy)",
             [f"{model[t]['step_ms']:.2f} ms, {model[t]['step_gbps']:,.0f} GB/s, {model[t]['step_pct_copy']:.0f} %"
              if model[t] else "-" for t in tracks], "≥ 85 % of copy",
