@@ -177,6 +177,8 @@ def print_report(rep: dict, peaks, top: int = 30):
         k = "cpu" if cpu else "kern"
         print(table(["layer", "encoder", f"enc {k}", "prefill", f"pre {k}", "decode step", f"dec {k}"], rows))
 
+    print_decode_launches(rep, peaks, top)
+
     ops = rep["operators"]
     unit = "CPU op self time" if cpu else "GPU kernels"
     print(f"\n== Operators ({unit} of 1 profiled transcription, {rep['profiled_run']}, grouped by phase and name; "
@@ -205,6 +207,30 @@ def print_report(rep: dict, peaks, top: int = 30):
     print(table(["phase", "class", "kernels", "calls", "ms", "%", "GFLOP", "MB", "AI", "TFLOP/s", "GB/s", "%roof",
                  "verdict"], rows, left=2))
     print("\n" + FOOTER.format(ridge=peaks.ridge(rep["precision"])))
+
+
+def print_decode_launches(rep: dict, peaks, top: int):
+    """The decode step as replayed from its CUDA graph, launch by launch (glm_asr_lab/measure/timeline.py)."""
+    timeline = (rep["cuda_graph"] or {}).get("decode_launches")
+    if not timeline:
+        return
+    launches = timeline["launches"]
+    step_bytes = sum(c["model_bytes"] or 0 for c in rep["operator_classes"] if c["phase"] == "decode")
+    floor_us = step_bytes / max(rep["decode_steps"], 1) / peaks.bandwidth * 1e6
+    span = timeline["span_us"]
+    print(f"\n== Decode step, launch by launch (profiled run with graphs, median of {timeline['replays']} "
+          f"replays; top {min(top, len(launches))} of {len(launches)} launches) ==")
+    rows = [[" ".join(r["kernel"].split())[:44], "×".join(map(str, r["grid"])), r["block"][0] if r["block"] else "",
+             fmt_num(r["per_step"]), fmt_num(r["duration_us"]), fmt_num(r["added_us"]),
+             f"{100 * r['added_us'] / span:.1f}" if span else "-"] for r in launches[:top]]
+    print(table(["kernel", "grid", "threads", "per step", "duration us", "added us", "% of span"], rows, left=1))
+    print(f"  span {fmt_num(span)} us (first start to last end); busy {fmt_num(timeline['busy_us'])} us; idle "
+          f"{fmt_num(timeline['idle_us'])} us (no kernel running); kernel durations add up to "
+          f"{fmt_num(timeline['kernel_sum_us'])} us. Floor: {fmt_num(floor_us)} us, the step's "
+          f"{fmt_num(step_bytes / max(rep['decode_steps'], 1), 1e6)} MB at the copy bandwidth.")
+    print("  added us = how far a kernel's end lies past the latest end before it: the step waits that long for "
+          "it. With programmatic dependent launch a kernel starts early and waits inside, so durations overlap; "
+          "added times do not, and sum to the span.")
 
 
 def print_comparison(cmp: dict):

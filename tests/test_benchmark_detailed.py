@@ -20,7 +20,7 @@ if not torch.cuda.is_available():  # before anything imports triton: its kernels
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import benchmark_detailed  # noqa: E402
-from glm_asr_lab.measure import breakdown, components, micro, operators, plots, roofline, trace  # noqa: E402
+from glm_asr_lab.measure import breakdown, components, micro, operators, plots, roofline, timeline, trace  # noqa: E402
 from glm_asr_course.model.config import ModelConfig  # noqa: E402
 from glm_asr_course.model.precision import PRECISIONS  # noqa: E402
 from glm_asr_course.errors import run_cli  # noqa: E402
@@ -565,7 +565,7 @@ def test_report_of_a_graphed_run_on_the_real_trace(h200_trace, real_cfg, capsys)
     measured = {"e2e": [15.9, 16.1], "tokens": eager.tokens, "components": components.aggregate(timed),
                 "profile": eager,
                 "graph": {"components": components.aggregate([components.summarize(eager.regions, 30.0)] * 2)}
-                | trace.graph_launches(graphed)}
+                | trace.graph_launches(graphed) | {"decode_launches": timeline.decode_step_launches(graphed)}}
     inputs = SimpleNamespace(input_features=torch.zeros(1, 128, 3000), input_ids=torch.zeros(1, 59), batch_size=1)
     session = SimpleNamespace(device="cuda", inputs=inputs, audio_seconds=3.5, precision=PRECISIONS["bf16"],
                               options=SimpleNamespace(runs=2, warmup=1),
@@ -588,8 +588,27 @@ def test_report_of_a_graphed_run_on_the_real_trace(h200_trace, real_cfg, capsys)
     benchmark_detailed.print_report(rep, FAKE_H200)
     out = capsys.readouterr().out
     assert "encoder ‡" in out and "flash_attention_kernel" in out and "4 graph launches" in out
+    # The decode steps launch by launch: 256 kernels a replay, the idle gaps of a run without PDL.
+    steps = rep["cuda_graph"]["decode_launches"]
+    assert steps["replays"] == 3 and sum(r["per_step"] for r in steps["launches"]) == 256
+    assert steps["span_us"] == pytest.approx(1418.5, abs=0.1) and steps["idle_us"] == pytest.approx(105.6, abs=0.1)
+    assert sum(r["added_us"] for r in steps["launches"]) == pytest.approx(steps["span_us"], rel=0.01)
+    top = steps["launches"][0]
+    assert (top["kernel"], top["grid"], top["per_step"]) == ("fused_linear_kernel", [192, 1, 1], 28)
+    assert "== Decode step, launch by launch" in out and "idle 105.6 us" in out
     for c in rep["operator_classes"]:  # only fused classes (pointwise, rope of the encoder...) lack kernels
         assert c["kernels"] or c["class"] not in ("gemm", "attention", "norm", "conv", "lm_head"), c
+
+
+def test_replay_breakdown_charges_overlap_once():
+    """Kernel B starts inside A (programmatic dependent launch) and ends 4 µs after it; C starts after a 6 µs
+    drain. Added times: A its 10 µs, B 4, C 11 (its 5 and the drain before it); they sum to the span."""
+    kernels = [trace.KernelRecord(name, dur / 1000, 0, start_us=start)
+               for name, start, dur in (("C", 120.0, 5.0), ("A", 100.0, 10.0), ("B", 105.0, 9.0))]
+    step = timeline.replay_breakdown(kernels)
+    assert [k.name for k in step["kernels"]] == ["A", "B", "C"]
+    assert step["added_us"] == pytest.approx([10.0, 4.0, 11.0])
+    assert (step["span_us"], step["busy_us"], step["idle_us"], step["kernel_sum_us"]) == pytest.approx((25, 19, 6, 24))
 
 
 @pytest.mark.parametrize("name, cls, aux", [

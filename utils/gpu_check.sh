@@ -36,6 +36,8 @@
 #             CUDA-core GEMV against tensor-core tiles) and sweep_cutile_fast.py (cuTile's GEMVs on weights
 #             that miss L2, its decode attention's split size)
 #   sweep_gemm  glm_asr_lab/tuning/sweep_linear.py's prefill and encoder GEMM tiles
+#   timeline  the decode step launch by launch, both fast paths, with and without programmatic
+#             dependent launch (about 2 min)
 #   all       bench parity regret clips kernels robust detailed grade grade_cutile
 #
 # Each step has its own time limit and a failed step does not stop the next. Everything lands in the
@@ -50,8 +52,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR=$2; shift 2 ;;
         all) PARTS+=(bench parity regret clips kernels robust detailed grade grade_cutile); shift ;;
-        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|tune|sweep|sweep_gemm) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath tune sweep sweep_gemm all" >&2
+        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|timeline|tune|sweep|sweep_gemm) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath timeline tune sweep sweep_gemm all" >&2
            exit 2 ;;
     esac
 done
@@ -266,6 +268,20 @@ for part in "${PARTS[@]}"; do
             step "fastpath: transformers, bf16" 100 python3 -m glm_asr_lab.gpu.fastpath --anchors eager,compiled \
                 --warmup 1 --runs 5 --jsonl "$OUT_DIR/fastpath.jsonl"
             compiled_pytorch tf32
+            ;;
+        timeline)
+            # The decode step launch by launch (benchmark_detailed.py's "Decode step, launch by launch"): both
+            # fast paths in bf16, each with and without programmatic dependent launch; without it the drain
+            # between kernels shows as idle time.
+            mkdir -p "$OUT_DIR/timeline"
+            for track in triton $(has_cutile && echo cutile); do
+                for pdl in 1 0; do
+                    step "timeline: $track fast path, bf16, GLM_ASR_PDL=$pdl" 90 env GLM_ASR_PDL=$pdl python3 \
+                        benchmark_detailed.py "glm_asr_${track}_example" --path fast --precision bf16 --random-weights \
+                        --min-new-tokens 13 --max-new-tokens 13 --warmup 1 --runs 3 --top 12 \
+                        --json "$OUT_DIR/timeline/${track}_pdl$pdl.json"
+                done
+            done
             ;;
         tune)
             step "tune random init" 560 python3 -m glm_asr_lab.tuning.tune_random_init --json "$OUT_DIR/tune.json"

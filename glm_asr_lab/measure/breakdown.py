@@ -11,6 +11,7 @@ from glm_asr_lab.measure import roofline
 from glm_asr_lab.measure.components import aggregate, summarize, timed_run
 from glm_asr_lab.measure.operators import operator_tables
 from glm_asr_course.timer import quartiles, time_call
+from glm_asr_lab.measure.timeline import decode_step_launches
 from glm_asr_lab.measure.trace import graph_launches, profile_run
 
 
@@ -43,7 +44,8 @@ def measure(session, label: str, log=print) -> dict:
         return result | {"profile": profile_run(transcribe, device)}
     log(f"[{label}] the model replays CUDA graphs: measuring again with use_cuda_graph=False for the "
         "per-region split and the kernel tables")
-    launches = graph_launches(profile_run(transcribe, device))
+    graphed = profile_run(transcribe, device)
+    launches = graph_launches(graphed) | {"decode_launches": decode_step_launches(graphed)}
     model.use_cuda_graph = False
     try:
         time_call(transcribe, device)
@@ -140,7 +142,8 @@ def build_report(session, measured: dict, peaks, label: str) -> dict:
             "decode_ms_without_graph": gcomp["decode"]["median"], "prompt_graph": prompt_graph,
             "prompt_ms_with_graph": comp["prefill"]["median"],
             "prompt_ms_without_graph": sum(gcomp[c]["median"] for c in ("encoder", "projector", "prefill")),
-            "graph_launches": graph["graph_launches"], "kernels_outside_graphs": graph["kernels_outside_graphs"]},
+            "graph_launches": graph["graph_launches"], "kernels_outside_graphs": graph["kernels_outside_graphs"],
+            "decode_launches": graph.get("decode_launches")},
         "operators": operators,
         "operator_classes": classes,
         "kernel_time_ms": sum(k.ms for k in prof.kernels),

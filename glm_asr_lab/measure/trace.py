@@ -52,6 +52,8 @@ class KernelRecord:
     torch_op: str | None = None  # the torch op below the region that launched it, if any
     call: object = None    # CPU: the op call this self time belongs to (calls = distinct values); GPU: None
     replay: int | None = None  # correlation id of the CUDA-graph launch that replayed it, if one did
+    start_us: float = 0.0  # GPU: when it started on the device (the trace's clock); CPU: 0
+    launch: tuple = ()     # GPU: (grid, block) as the trace gives them, e.g. ((256, 1, 1), (128, 1, 1))
 
 
 @dataclass
@@ -209,7 +211,8 @@ def parse_trace(trace, device: str, wall_ms: float) -> ProfileResult:
             replay = launch is not None and "graphlaunch" in launch.name.lower()
             kernels.append(KernelRecord(d.name, (d.end - d.start) / 1e6, region_of[i] if i >= 0 else -1,
                                         torch_op(i)[1] if i >= 0 else None,
-                                        replay=d.args["correlation"] if replay else None))
+                                        replay=d.args["correlation"] if replay else None, start_us=d.start / 1e3,
+                                        launch=(tuple(d.args.get("grid", ())), tuple(d.args.get("block", ())))))
     else:
         # CPU: a "kernel" is a torch op's self time; a region's own self time is host Python.
         child_time = [0] * len(host)
