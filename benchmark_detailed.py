@@ -221,7 +221,7 @@ def print_decode_launches(rep: dict, peaks, top: int):
     print(f"\n== Decode step, launch by launch (profiled run with graphs, median of {timeline['replays']} "
           f"replays; top {min(top, len(launches))} of {len(launches)} launches) ==")
     rows = [[" ".join(r["kernel"].split())[:44], "×".join(map(str, r["grid"])), r["block"][0] if r["block"] else "",
-             fmt_num(r["per_step"]), fmt_num(r["duration_us"]), fmt_num(r["added_us"]),
+             f"{r['per_step']:g}", fmt_num(r["duration_us"]), fmt_num(r["added_us"]),
              f"{100 * r['added_us'] / span:.1f}" if span else "-"] for r in launches[:top]]
     print(table(["kernel", "grid", "threads", "per step", "duration us", "added us", "% of span"], rows, left=1))
     print(f"  span {fmt_num(span)} us (first start to last end); busy {fmt_num(timeline['busy_us'])} us; idle "
