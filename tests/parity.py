@@ -1,17 +1,22 @@
 """Helpers that run transformers' GlmAsr (glm_asr_course.reference.hf_model) and a track on the same
 checkpoint and inputs."""
 
+import copy
+import dataclasses
+import hashlib
+
 import numpy as np
 import torch
 
 from glm_asr_course.model.frontend import ASRInputs, prepare_inputs
 from glm_asr_course.model.precision import get_precision
 from glm_asr_course.reference.hf_model import from_checkpoint
-from glm_asr_course.reference.hf_model import generate as hf_generate  # noqa: F401  (the tests' name for it)
+from glm_asr_course.reference.hf_model import generate as generate_with_transformers
 from glm_asr_course.reference.hf_model import model_inputs as hf_kwargs  # noqa: F401  (the tests' name for it)
 from glm_asr_course.tracks import import_track, open_checkpoint
 
 _HF_CACHE = {}
+_HF_IDS = {}
 
 
 def hf_model(model_dir, dtype=torch.float32):
@@ -20,6 +25,21 @@ def hf_model(model_dir, dtype=torch.float32):
     if key not in _HF_CACHE:
         _HF_CACHE[key] = from_checkpoint(model_dir, dtype)
     return _HF_CACHE[key]
+
+
+def hf_generate(model, inputs: ASRInputs, max_new_tokens: int, min_new_tokens: int, eos, **options) -> list[list[int]]:
+    """transformers' greedy ids (glm_asr_course.reference.hf_model.generate), run once per model, inputs,
+    limits and options in a test session: every track of a parametrized test is compared with the same
+    reference run, a few seconds each on a CPU. The model is kept with its ids, so its id is never reused."""
+    digest = hashlib.sha256()
+    for field in dataclasses.fields(inputs):
+        array = getattr(inputs, field.name)
+        digest.update(f"{field.name}{array.dtype}{array.shape}".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    key = (id(model), digest.hexdigest(), max_new_tokens, min_new_tokens, tuple(eos), repr(sorted(options.items())))
+    if key not in _HF_IDS:
+        _HF_IDS[key] = model, generate_with_transformers(model, inputs, max_new_tokens, min_new_tokens, eos, **options)
+    return copy.deepcopy(_HF_IDS[key][1])
 
 
 # The tests' device: the GPU where there is one (utils/gpu_check.sh runs some of these files there),

@@ -56,7 +56,6 @@ def read_audio(source: str | Path | BinaryIO, name: str | None = None) -> Audio:
     """``source`` is a path or an open binary file (an upload, a recording); ``name`` is what errors
     call it (default: "audio file PATH"). Every failure is a one-line UserError that names the file."""
     import soundfile as sf
-    from scipy.signal import resample_poly
 
     if isinstance(source, (str, Path)):
         path = Path(source)
@@ -83,6 +82,8 @@ def read_audio(source: str | Path | BinaryIO, name: str | None = None) -> Audio:
         raise UserError(f"{name} holds no samples")
     mono = data.mean(axis=1)
     if rate != SAMPLE_RATE:
+        from scipy.signal import resample_poly  # 2 s to import: only where a clip needs it
+
         g = gcd(int(rate), SAMPLE_RATE)
         mono = resample_poly(mono, SAMPLE_RATE // g, int(rate) // g).astype(np.float32)
     if not np.isfinite(mono).all():
