@@ -38,7 +38,7 @@ from pathlib import Path
 
 from glm_asr_course.errors import UserError, run_cli
 from glm_asr_lab.measure import roofline
-from glm_asr_lab.measure.breakdown import build_report, comparison, measure
+from glm_asr_lab.measure.breakdown import build_report, comparison, decode_step_bytes, measure
 from glm_asr_lab.measure.micro import run_micro
 from glm_asr_lab.measure.plots import fmt_ms, pyplot, write_plots
 from glm_asr_course.timer import time_call
@@ -215,8 +215,8 @@ def print_decode_launches(rep: dict, peaks, top: int):
     if not timeline:
         return
     launches = timeline["launches"]
-    step_bytes = sum(c["model_bytes"] or 0 for c in rep["operator_classes"] if c["phase"] == "decode")
-    floor_us = step_bytes / max(rep["decode_steps"], 1) / peaks.bandwidth * 1e6
+    step_bytes = decode_step_bytes(rep)
+    floor_us = step_bytes / peaks.bandwidth * 1e6
     span = timeline["span_us"]
     print(f"\n== Decode step, launch by launch (profiled run with graphs, median of {timeline['replays']} "
           f"replays; top {min(top, len(launches))} of {len(launches)} launches) ==")
@@ -227,7 +227,7 @@ def print_decode_launches(rep: dict, peaks, top: int):
     print(f"  span {fmt_num(span)} us (first start to last end); busy {fmt_num(timeline['busy_us'])} us; idle "
           f"{fmt_num(timeline['idle_us'])} us (no kernel running); kernel durations add up to "
           f"{fmt_num(timeline['kernel_sum_us'])} us. Floor: {fmt_num(floor_us)} us, the step's "
-          f"{fmt_num(step_bytes / max(rep['decode_steps'], 1), 1e6)} MB at the copy bandwidth.")
+          f"{fmt_num(step_bytes, 1e6)} MB at the copy bandwidth.")
     print("  added us = how far a kernel's end lies past the latest end before it: the step waits that long for "
           "it. With programmatic dependent launch a kernel starts early and waits inside, so durations overlap; "
           "added times do not, and sum to the span.")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 
+from glm_asr_lab.measure.breakdown import decode_step_bytes  # noqa: E402
 from glm_asr_lab.measure.roofline import Peaks  # noqa: E402
 
 
@@ -132,8 +133,7 @@ def transcription_rates(report: dict | None, peaks: Peaks) -> dict:
     as they ran in it (their kernel time: with PDL a Triton kernel's includes its wait for the one before)."""
     if not report:
         return {}
-    steps = report["decode_steps"]
-    step_bytes = sum(c["model_bytes"] or 0 for c in report["operator_classes"] if c["phase"] == "decode") / steps
+    step_bytes = decode_step_bytes(report)
     step_ms = report["decode_step"]["median_ms"]
     out = {"step_ms": step_ms, "step_gbps": step_bytes / step_ms / 1e6,
            "step_pct_copy": 100 * step_bytes / (step_ms / 1000) / peaks.bandwidth}

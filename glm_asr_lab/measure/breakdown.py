@@ -150,6 +150,13 @@ def build_report(session, measured: dict, peaks, label: str) -> dict:
     }
 
 
+def decode_step_bytes(report: dict) -> float:
+    """The bytes one decode step of ``report`` must move: its decode classes' logical bytes (every weight with
+    lm_head, the KV cache, the activations: the roofline model's) over its steps."""
+    decode = sum(c["model_bytes"] or 0 for c in report["operator_classes"] if c["phase"] == "decode")
+    return decode / max(report["decode_steps"], 1)
+
+
 def comparison(reports: list[dict]) -> dict:
     """Side-by-side numbers: per component (wall ms) and per (phase, class) (kernel ms)."""
     components = [{"name": r["name"], "key": r["key"], "level": r["level"],
