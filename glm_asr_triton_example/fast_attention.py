@@ -239,14 +239,17 @@ def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, cache_len_ptr, kv_start_p
                                   SPLIT: tl.constexpr, DIRECT: tl.constexpr, INPUT_PRECISION: tl.constexpr,
                                   PDL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr):
     """One split of the cache for the `group` query heads of one kv head. DIRECT (a single split):
-    the normalised output goes straight to o_ptr and no combine kernel runs."""
+    the normalised output goes straight to o_ptr and no combine kernel runs.
+
+    cache_len and kv_start are read before the PDL wait: no kernel of a decode step writes them (the
+    host sets them before the step), so their round trip overlaps the previous kernel's tail."""
     release_consumer(PDL)
-    wait_for_producer(PDL)
     split = tl.program_id(0)
     b, hk = batch_and_head(tl.program_id(1), n_kv_heads)
     # The grid covers the whole cache (fixed when a CUDA graph is captured); the live length is read
     # on the device. Keys this split owns: [lo, hi).
     lo, hi = _split_keys(split, b, kv_start_ptr, cache_len_ptr, HAS_KV_START, SPLIT)
+    wait_for_producer(PDL)
     # A split wholly past the live cache (or inside the left padding) runs no block and leaves
     # (max, sum, acc) = (-inf, 0, 0); the combine kernel applies the same test and skips it.
     first = (lo // BLOCK_N) * BLOCK_N
@@ -303,12 +306,13 @@ def decode_attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, cache_len_ptr,
                                     HAS_KV_START: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                                     SPLIT: tl.constexpr, PDL: tl.constexpr, BLOCK_S: tl.constexpr):
     release_consumer(PDL)
-    wait_for_producer(PDL)
     b, h = batch_and_head(tl.program_id(0), n_q_heads)
     s = tl.arange(0, BLOCK_S)
-    # Exactly the splits the split kernel wrote (the same [lo, hi) test).
+    # Exactly the splits the split kernel wrote (the same [lo, hi) test), from counters read before
+    # the wait as there.
     lo, hi = _split_keys(s, b, kv_start_ptr, cache_len_ptr, HAS_KV_START, SPLIT)
     written = (s < num_splits) & (lo < hi)
+    wait_for_producer(PDL)
     m = tl.load(m_ptr + b * stride_mb + h * stride_mh + s, mask=written, other=float("-inf"))
     l = tl.load(l_ptr + b * stride_mb + h * stride_mh + s, mask=written, other=0.0)
     offs_d = tl.arange(0, BLOCK_D)

@@ -295,6 +295,22 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
+def _gpu_name(device: torch.device) -> str:
+    """The key of GEMV_TILES_BY_GPU ("NVIDIA H200"); empty off a GPU."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+
+
+# One-row GEMV tiles that beat the rule in _linear_config on one GPU, by the name CUDA gives it:
+# {(N, K, dtype): (BLOCK_N, BLOCK_K in bytes, num_warps, num_stages)}. Each entry is the fastest tile of
+# glm_asr_lab/tuning/sweep_linear.py's decode section on that GPU (docs/performance.md, 2026-11-26 late,
+# call 2). A GPU, shape or dtype not listed takes the rule, which the same sweep chose on an H100.
+GEMV_TILES_BY_GPU = {
+    # q|k|v 4.6 us against the rule's 5.0; gate|up 14.1 against 15.3 (bf16, weights missing L2).
+    "NVIDIA H200": {(3072, 2048, torch.bfloat16): (8, 2048, 4, 2), (12288, 2048, torch.bfloat16): (4, 4096, 4, 4)},
+}
+
+
 # Rows at or below which a launch is bound by reading the weight once (decode: M = batch size).
 SKINNY_MAX_M = 16
 # Up to this many rows (a short prompt) one row tile covers M and the weight is still read once.
@@ -308,7 +324,7 @@ _GEMM_TILES = ((128, 256, 8, 1.2), (128, 128, 8, 1.0), (64, 128, 4, 0.85), (64, 
 
 
 def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms: int, *,
-                   fma: bool = False) -> tuple[str, dict]:
+                   fma: bool = False, gpu: str = "") -> tuple[str, dict]:
     """("gemv" | "gemm" | "tma", launch options) for one problem size.
 
     A hand-picked table instead of autotuning: nothing is benchmarked on a first call (which would
@@ -318,18 +334,21 @@ def _linear_config(M: int, N: int, K: int, dtype: torch.dtype, gated: bool, sms:
     glm_asr_lab/tuning/sweep_linear.py on an H100 (docs/performance.md); the figures quoted are bf16 there.
     fma: the tiled kernels' dot runs as FMAs on the CUDA cores (IEEE fp32, triton_helpers.fma_dot),
     holding its operand slices in registers: shorter K steps, smaller tiles, no TMA.
+    gpu: the GPU's name, for the one-row tiles tuned on it (GEMV_TILES_BY_GPU).
     """
     if INTERPRET:
         return _interpreter_linear_config(M, N, K, gated)
     elem_bytes = dtype.itemsize
     if M == 1 and not gated:
-        # 8 weight rows x 4 KiB per step: each thread of 4 warps keeps eight 16-byte loads in
-        # flight (8 warps for long rows); faster than 4 rows x 2 KiB on both the gate|up and the down
-        # matrix (docs/performance.md). Split K only when N is too narrow to give every SM a program.
-        block_n, block_k = 8, 4096 // elem_bytes
+        # The rule, where GEMV_TILES_BY_GPU has no tile: 8 weight rows x 4 KiB per step, so each thread
+        # of 4 warps keeps eight 16-byte loads in flight (8 warps for long rows); on an H100 faster than
+        # 4 rows x 2 KiB on both the gate|up and the down matrix (docs/performance.md). Split K only when
+        # N is too narrow to give every SM a program.
+        block_n, k_bytes, warps, stages = GEMV_TILES_BY_GPU.get(gpu, {}).get(
+            (N, K, dtype), (8, 4096, 8 if K >= 4096 else 4, 2))
+        block_k = k_bytes // elem_bytes
         split = max(1, min(sms // triton.cdiv(N, block_n), K // (2 * block_k)))
-        return "gemv", dict(BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, num_warps=8 if K >= 4096 else 4,
-                            num_stages=2)
+        return "gemv", dict(BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split, num_warps=warps, num_stages=stages)
     if M <= SKINNY_MAX_M:
         # One 16-row tensor-core tile covers every row (padding rows read as zeros); 32 weight rows
         # x 1 KiB per step (512 B when gated, to fit three stages of two weight tiles), split K in
@@ -398,7 +417,8 @@ def _stages_that_fit(stages: int, stage_bytes: int) -> int:
 
 def one_row_gemv_config(N: int, K: int, dtype: torch.dtype, device: torch.device) -> dict:
     """The launch options _linear_config gives a one-row GEMV of (N, K), for kernels built on gemv_rows."""
-    kind, cfg = _linear_config(1, N, K, dtype, False, _sm_count(torch.device(device)))
+    device = torch.device(device)
+    kind, cfg = _linear_config(1, N, K, dtype, False, _sm_count(device), gpu=_gpu_name(device))
     assert kind == "gemv"
     return cfg
 
@@ -437,7 +457,7 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, precision,
     residual_rows = None if residual is None else as_rows(residual)
     stride_rm = 0 if residual_rows is None else residual_rows.stride(0)
     kind, cfg = config or _linear_config(M, N, K, x.dtype, gated, _sm_count(x.device),
-                                         fma=fma_dot(x.dtype, precision))
+                                         fma=fma_dot(x.dtype, precision), gpu=_gpu_name(x.device))
     cfg = dict(cfg)
     if kind == "tma" and not (_tma_addressable(rows) and _tma_addressable(weight)):
         kind = "gemm"  # the same tiles through plain loads

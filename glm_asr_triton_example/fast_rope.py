@@ -164,6 +164,10 @@ def qkv_rope_gemv_kernel(x_ptr, w_ptr, norm_weight_ptr, eps, cos_ptr, sin_ptr, c
 
     Grid: ((N_Q_HEADS + 2 * N_KV_HEADS) * HEAD_DIM / 2 / BLOCK_P,). Heads are q, then k, then v (the
     fused weight's row order); q goes to q_out (Hq, D), k and v to the cache slot cache_pos[0].
+
+    cache_pos, kv_start and the tables are read before the PDL wait (inside gemv_rows): no kernel of a
+    decode step writes them (the host sets the counters before the step), and read there their round
+    trips overlap the previous kernel's tail instead of following the GEMV.
     """
     release_consumer(PDL)
     HALF: tl.constexpr = HEAD_DIM // 2
@@ -175,15 +179,15 @@ def qkv_rope_gemv_kernel(x_ptr, w_ptr, norm_weight_ptr, eps, cos_ptr, sin_ptr, c
     r = tl.arange(0, 2 * BLOCK_P)
     rows = head * HEAD_DIM + first_pair + r % BLOCK_P + (r // BLOCK_P) * HALF
     dtype = q_out_ptr.dtype.element_ty
+    slot = tl.load(cache_pos_ptr)
+    pos = tl.maximum(slot - tl.load(kv_start_ptr), 0)
+    cos = tl.load(cos_ptr + pos * stride_table + d)
+    sin = tl.load(sin_ptr + pos * stride_table + d)
     total = gemv_rows(x_ptr, w_ptr, norm_weight_ptr, rows, rows >= 0, 0, K, K, stride_wn, eps,
                       "rmsnorm", PDL, BLOCK_K, dtype)
     # The Linear's output is rounded to the activation dtype before RoPE sees it, as in transformers.
     x1, x2 = tl.split(tl.permute(tl.reshape(round_to(total, dtype), (2, BLOCK_P)), (1, 0)))
-    slot = tl.load(cache_pos_ptr)
     if head < N_Q_HEADS + N_KV_HEADS:
-        pos = tl.maximum(slot - tl.load(kv_start_ptr), 0)
-        cos = tl.load(cos_ptr + pos * stride_table + d)
-        sin = tl.load(sin_ptr + pos * stride_table + d)
         out1, out2 = _rotate(x1, x2, cos, sin)
         if head < N_Q_HEADS:
             dst = q_out_ptr + head * HEAD_DIM + d

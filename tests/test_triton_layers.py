@@ -311,6 +311,54 @@ def test_gpu_table_gives_a_launchable_config_at_every_shape(monkeypatch, fma):
                         assert kind in ("gemv", "gemm", "tma"), kind
 
 
+def test_gpu_table_takes_a_gpus_own_gemv_tiles_only_for_that_gpu(monkeypatch):
+    """GEMV_TILES_BY_GPU (read here without a GPU): each entry is what its GPU gets at its shape and dtype,
+    and differs from the rule, which every other GPU, dtype and shape keeps."""
+    monkeypatch.setattr(fast_linear, "INTERPRET", False)
+    assert fast_linear.GEMV_TILES_BY_GPU
+    for gpu, tiles in fast_linear.GEMV_TILES_BY_GPU.items():
+        for (N, K, dtype), (block_n, k_bytes, warps, stages) in tiles.items():
+            kind, cfg = fast_linear._linear_config(1, N, K, dtype, False, 132, gpu=gpu)
+            assert kind == "gemv"
+            assert (cfg["BLOCK_N"], cfg["BLOCK_K"] * dtype.itemsize, cfg["num_warps"], cfg["num_stages"]) == (
+                block_n, k_bytes, warps, stages)
+            rule = fast_linear._linear_config(1, N, K, dtype, False, 132)
+            assert rule != (kind, cfg)
+            assert fast_linear._linear_config(1, N, K, dtype, False, 132, gpu="another GPU") == rule
+            other_dtype = FP32 if dtype == BF16 else BF16
+            assert fast_linear._linear_config(1, N, K, other_dtype, False, 132, gpu=gpu) == fast_linear._linear_config(
+                1, N, K, other_dtype, False, 132)
+            assert fast_linear._linear_config(1, N + 8, K, dtype, False, 132, gpu=gpu) == fast_linear._linear_config(
+                1, N + 8, K, dtype, False, 132)
+
+
+class LaunchGrids:
+    """Stands in for a @triton.jit kernel and records the grid of every launch."""
+
+    def __init__(self, kernel):
+        self.kernel, self.grids = kernel, []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return self.kernel[grid]
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+def test_one_row_linear_launches_the_gpus_tuned_tile(monkeypatch, gen, dtype):
+    """A GPU's tile from GEMV_TILES_BY_GPU (here a made-up GPU's, at a small shape) is the one launched, and
+    computes the same row: 4 output rows a program instead of the rule's 8, 32-element K steps."""
+    monkeypatch.setattr(fast_linear, "INTERPRET", False)
+    monkeypatch.setattr(fast_linear, "_gpu_name", lambda device: "test GPU")
+    monkeypatch.setitem(fast_linear.GEMV_TILES_BY_GPU, "test GPU", {(96, 80, dtype): (4, 32 * dtype.itemsize, 4, 4)})
+    grids = LaunchGrids(fast_linear.gemv_kernel)
+    monkeypatch.setattr(fast_linear, "gemv_kernel", grids)
+    x, w = rand(gen, 1, 80, dtype=dtype, scale=3.0), rand(gen, 96, 80, dtype=dtype, scale=80**-0.5)
+    norm_weight = rand(gen, 80, dtype=dtype)
+    out = fast_linear.linear(x, w, rms_norm=(norm_weight, 1e-5), precision=TF32)
+    assert grids.grids == [(24, 1)]
+    assert_close(out, linear_reference(hf_rmsnorm(x, norm_weight, 1e-5), w, None, None, None), GEMM_TOL[dtype])
+
+
 def test_gpu_table_gives_ieee_fp32_plain_tiles_of_the_course_size(monkeypatch):
     """IEEE fp32 (an FMA dot): the encoder's GEMMs on plain loads at the course kernel's 128 x 128 x 32 tile,
     never the TMA kernel, never a wider tile."""

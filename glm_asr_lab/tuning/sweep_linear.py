@@ -93,7 +93,7 @@ def time_decode(problem: dict, dtype, configs, sms: int) -> list[dict]:
     norm = torch.randn(K, device="cuda").to(dtype) if prologue == "rmsnorm" else None
     residual = torch.randn(1, N, device="cuda").to(dtype) if problem["residual"] else None
     out = torch.empty(1, N, device="cuda", dtype=dtype)
-    chosen = fast_linear._linear_config(1, N, K, dtype, False, sms)
+    chosen = fast_linear._linear_config(1, N, K, dtype, False, sms, gpu=torch.cuda.get_device_name())
     rows = []
     for config in [chosen] + [c for c in configs if c != chosen]:
         own = prologue if config[0] == "gemv" or prologue != "swiglu" else "none"
