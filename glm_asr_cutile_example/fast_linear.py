@@ -22,6 +22,7 @@ back (ACCUMULATE).
 Self-check: python -m glm_asr_cutile_example.fast_linear  (without a GPU: the cuTile emulator)
 """
 
+import functools
 import zlib
 
 import torch
@@ -165,6 +166,24 @@ def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], H
                                                        1, BLOCK_N))
 
 
+# Blocks per SM the compiler plans the gated GEMV (decode gate|up) for, by the name CUDA gives the GPU
+# (ct.kernel's occupancy hint): more resident blocks keep more weight loads in flight. On an H200 the
+# gate|up GEMV took 20.9 us by default, 18.0 at 2 and 17.1 at 4, on weights that miss L2; q|k|v, o and
+# down gained nothing or lost (docs/performance.md, 2026-11-26 latest). A GPU not listed gets the default.
+GATED_GEMV_OCCUPANCY_BY_GPU = {"NVIDIA H200": 4}
+
+
+def _gpu_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+
+
+@functools.lru_cache(maxsize=None)
+def _gated_gemv_kernel(gpu: str):
+    """gemv_kernel, or a copy compiled with the GPU's occupancy hint (a kernel object of its own)."""
+    occupancy = GATED_GEMV_OCCUPANCY_BY_GPU.get(gpu)
+    return gemv_kernel if occupancy is None else ct.kernel(gemv_kernel._pyfunc, occupancy=occupancy)
+
+
 # Rows up to which the one-row GEMV serves (it reads the weight once per row).
 GEMV_MAX_ROWS = 2
 # Bytes of each weight row a GEMV block reads per step.
@@ -228,7 +247,8 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
         block_n, block_k = tile
         if gated and tiles is None:
             block_n = max(1, block_n // 2)  # a gated block reads BLOCK_N gate rows and BLOCK_N up rows
-        launch((cdiv(N, block_n), M), gemv_kernel, rows, weight, bias_arg,
+        kernel = _gated_gemv_kernel(_gpu_name(x.device)) if gated else gemv_kernel
+        launch((cdiv(N, block_n), M), kernel, rows, weight, bias_arg,
                weight[0] if norm_weight is None else norm_weight, out_rows, float(eps), prologue, bias is not None,
                gelu, accumulate, gated, block_n, block_k, pdl=True)
         return out

@@ -102,6 +102,33 @@ def test_llama_mlp_gemv_and_gated_gemm_match_torch(dtype, precision, rows):
     assert rel_err(out, ref) <= TOL[dtype, precision]
 
 
+def test_gated_gemv_takes_the_gpus_occupancy_hint(monkeypatch):
+    """The decode gate|up GEMV runs a copy of gemv_kernel compiled with the GPU's occupancy hint
+    (GATED_GEMV_OCCUPANCY_BY_GPU; here a made-up GPU's), and computes what the plain kernel does; the
+    other GEMVs and unlisted GPUs keep gemv_kernel."""
+    launched = []
+    real_launch = fast_linear.launch
+
+    def record(grid, kernel, *args, **options):
+        launched.append(kernel)
+        return real_launch(grid, kernel, *args, **options)
+
+    monkeypatch.setattr(fast_linear, "launch", record)
+    H, F, eps = 40, 24, 1e-5
+    x, norm_w = rand(1, H, dtype=torch.bfloat16, scale=3.0), rand(H, dtype=torch.bfloat16, seed=2)
+    w_gu, w_down = rand(2 * F, H, dtype=torch.bfloat16, scale=H ** -0.5), rand(H, F, dtype=torch.bfloat16, scale=F ** -0.5)
+    plain = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
+    assert launched == [fast_linear.gemv_kernel] * 2
+    monkeypatch.setattr(fast_linear, "_gpu_name", lambda device: "test GPU")
+    monkeypatch.setitem(fast_linear.GATED_GEMV_OCCUPANCY_BY_GPU, "test GPU", 4)
+    launched.clear()
+    hinted = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
+    gated, down = launched
+    assert down is fast_linear.gemv_kernel and gated is not fast_linear.gemv_kernel
+    assert gated._pyfunc is fast_linear.gemv_kernel._pyfunc and gated.compiler_options == {"occupancy": 4}
+    assert torch.equal(hinted, plain)
+
+
 # ---------------------------------------------------------------------------------------------
 # Attention
 # ---------------------------------------------------------------------------------------------
