@@ -7,7 +7,8 @@ What ``fast_linear._linear_config`` picks is a hand-made table; this is how its 
 each GEMM of the real model (sizes from transformers' default GlmAsrConfig) and each candidate
 configuration it times the launch as the model runs it (the same prologue / epilogue), prints the
 candidates best first with GB/s of weight bytes (decode, prefill) or TFLOP/s (encoder), and marks
-the configuration the table picks today.
+the configuration the table picks today on this GPU. A GPU whose best one-row tile beats the rule gets an
+entry in ``fast_linear.GEMV_TILES_BY_GPU``, keyed by the name CUDA gives it.
 
 Timing: a CUDA graph of back-to-back launches, each on its own copy of the weight so that no launch
 finds its weight in L2 (the copies together are well over the L2 size), as in the decode graph
