@@ -166,11 +166,14 @@ def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], H
                                                        1, BLOCK_N))
 
 
-# Blocks per SM the compiler plans the gated GEMV (decode gate|up) for, by the name CUDA gives the GPU
-# (ct.kernel's occupancy hint): more resident blocks keep more weight loads in flight. On an H200 the
-# gate|up GEMV took 20.9 us by default, 18.0 at 2 and 17.1 at 4, on weights that miss L2; q|k|v, o and
-# down gained nothing or lost (docs/performance.md, 2026-11-26 latest). A GPU not listed gets the default.
-GATED_GEMV_OCCUPANCY_BY_GPU = {"NVIDIA H200": 4}
+# Compiler hints (ct.kernel's occupancy, num_ctas) for each launch kind ("gemv", "gated gemv", "gemm",
+# "gated gemm"), by the name CUDA gives the GPU: what glm_asr_lab/tuning/sweep_cutile_fast.py's hints
+# section found faster than the compiler's defaults. A GPU or kind not listed gets the defaults.
+KERNEL_HINTS_BY_GPU = {
+    # gate|up, weights missing L2: 20.9 us by default, 18.0 at occupancy 2, 17.1 at 4; more resident
+    # blocks keep more loads in flight. q|k|v, o and down lost at 4 (docs/performance.md, 2026-11-26 latest).
+    "NVIDIA H200": {"gated gemv": {"occupancy": 4}},
+}
 
 
 def _gpu_name(device: torch.device) -> str:
@@ -178,10 +181,9 @@ def _gpu_name(device: torch.device) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _gated_gemv_kernel(gpu: str):
-    """gemv_kernel, or a copy compiled with the GPU's occupancy hint (a kernel object of its own)."""
-    occupancy = GATED_GEMV_OCCUPANCY_BY_GPU.get(gpu)
-    return gemv_kernel if occupancy is None else ct.kernel(gemv_kernel._pyfunc, occupancy=occupancy)
+def _hinted(kernel, hints: tuple):
+    """``kernel``, or a copy compiled with ``hints`` ((name, value) pairs): a kernel object of its own."""
+    return kernel if not hints else ct.kernel(kernel._pyfunc, **dict(hints))
 
 
 # Rows up to which the one-row GEMV serves (it reads the weight once per row).
@@ -228,7 +230,9 @@ def _rows_of(t: torch.Tensor, what: str) -> torch.Tensor:
 
 
 def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, prologue=AS_STORED,
-            norm_weight=None, eps=0.0, precision="tf32", tiles=None):
+            norm_weight=None, eps=0.0, precision="tf32", tiles=None, hints=None):
+    """The shared launcher. tiles: linear_tiles' choice overridden; hints: KERNEL_HINTS_BY_GPU's
+    (glm_asr_lab/tuning/sweep_cutile_fast.py)."""
     rows = _rows_of(x, "linear x")
     M, K = rows.shape
     N = weight.shape[0] // 2 if gated else weight.shape[0]
@@ -241,13 +245,15 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
         out = torch.empty((*x.shape[:-1], N), dtype=x.dtype, device=x.device)
     out_rows = _rows_of(out, "linear out")
     kind, tile = tiles or linear_tiles(M, weight.shape[0], K, x.dtype, gelu)
+    if hints is None:
+        hints = KERNEL_HINTS_BY_GPU.get(_gpu_name(x.device), {}).get(("gated " if gated else "") + kind, {})
+    kernel = _hinted(gemv_kernel if kind == "gemv" else gemm_kernel, tuple(sorted(hints.items())))
     # Unused array arguments get any array of the right kind: the constant flags compile their loads away.
     bias_arg = weight[0] if bias is None else bias
     if kind == "gemv":
         block_n, block_k = tile
         if gated and tiles is None:
             block_n = max(1, block_n // 2)  # a gated block reads BLOCK_N gate rows and BLOCK_N up rows
-        kernel = _gated_gemv_kernel(_gpu_name(x.device)) if gated else gemv_kernel
         launch((cdiv(N, block_n), M), kernel, rows, weight, bias_arg,
                weight[0] if norm_weight is None else norm_weight, out_rows, float(eps), prologue, bias is not None,
                gelu, accumulate, gated, block_n, block_k, pdl=True)
@@ -255,7 +261,7 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
     if prologue != AS_STORED:
         raise ValueError("the RMSNorm prologue belongs to the one-row GEMV")
     block_m, block_n, block_k = tile
-    launch((cdiv(M, block_m), cdiv(N, block_n)), gemm_kernel, rows, weight, bias_arg, out_rows, bias is not None,
+    launch((cdiv(M, block_m), cdiv(N, block_n)), kernel, rows, weight, bias_arg, out_rows, bias is not None,
            gelu, accumulate, gated, precision == "tf32", block_m, block_n, block_k)
     return out
 

@@ -103,9 +103,9 @@ def test_llama_mlp_gemv_and_gated_gemm_match_torch(dtype, precision, rows):
 
 
 def test_gated_gemv_takes_the_gpus_occupancy_hint(monkeypatch):
-    """The decode gate|up GEMV runs a copy of gemv_kernel compiled with the GPU's occupancy hint
-    (GATED_GEMV_OCCUPANCY_BY_GPU; here a made-up GPU's), and computes what the plain kernel does; the
-    other GEMVs and unlisted GPUs keep gemv_kernel."""
+    """The decode gate|up GEMV runs a copy of gemv_kernel compiled with the GPU's hints
+    (KERNEL_HINTS_BY_GPU; here a made-up GPU's), and computes what the plain kernel does; the other
+    GEMVs and unlisted GPUs keep gemv_kernel."""
     launched = []
     real_launch = fast_linear.launch
 
@@ -120,13 +120,20 @@ def test_gated_gemv_takes_the_gpus_occupancy_hint(monkeypatch):
     plain = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
     assert launched == [fast_linear.gemv_kernel] * 2
     monkeypatch.setattr(fast_linear, "_gpu_name", lambda device: "test GPU")
-    monkeypatch.setitem(fast_linear.GATED_GEMV_OCCUPANCY_BY_GPU, "test GPU", 4)
+    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {"gated gemv": {"occupancy": 4}})
     launched.clear()
     hinted = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
     gated, down = launched
     assert down is fast_linear.gemv_kernel and gated is not fast_linear.gemv_kernel
     assert gated._pyfunc is fast_linear.gemv_kernel._pyfunc and gated.compiler_options == {"occupancy": 4}
     assert torch.equal(hinted, plain)
+    # A prompt's rows take the gated GEMM, with that kind's hints.
+    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {"gated gemm": {"num_ctas": 2}})
+    launched.clear()
+    rows = rand(17, H, dtype=torch.bfloat16, scale=3.0)
+    fast_linear.llama_mlp(rows, norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
+    gated_gemm = [k for k in launched if getattr(k, "_pyfunc", None) is fast_linear.gemm_kernel._pyfunc]
+    assert [k.compiler_options for k in gated_gemm] == [{"num_ctas": 2}, {}]  # gate|up, then down
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@
 #   tune      glm_asr_lab/tuning/tune_random_init.py (the scales of the random weights)
 #   sweep     the decode step's tiles: glm_asr_lab/tuning/sweep_linear.py (Triton's one-row launches, the
 #             CUDA-core GEMV against tensor-core tiles) and sweep_cutile_fast.py (cuTile's GEMVs on weights
-#             that miss L2, its decode attention's split size)
+#             that miss L2, its decode attention's split size, its linear launches under compiler hints)
 #   sweep_gemm  glm_asr_lab/tuning/sweep_linear.py's prefill and encoder GEMM tiles
 #   timeline  the decode step launch by launch, both fast paths, with and without programmatic
 #             dependent launch (about 2 min)
@@ -288,11 +288,13 @@ for part in "${PARTS[@]}"; do
             ;;
         sweep)
             # One row of decode: Triton's CUDA-core GEMV against 16-row tensor-core tiles (plain loads with
-            # split K, or TMA); the cuTile GEMV's tiles and its decode attention's split size.
+            # split K, or TMA); the cuTile GEMV's tiles and its decode attention's split size; cuTile's
+            # linear launches under each compiler hint (KERNEL_HINTS_BY_GPU).
             step "sweep: Triton decode, one row" 200 python3 -m glm_asr_lab.tuning.sweep_linear --sections decode \
                 --decode-kinds gemv,gemm,tma --json "$OUT_DIR/sweep_decode.json"
             if has_cutile; then
                 step "sweep: cuTile decode" 300 python3 -m glm_asr_lab.tuning.sweep_cutile_fast --only gemv,decode
+                step "sweep: cuTile compiler hints" 200 python3 -m glm_asr_lab.tuning.sweep_cutile_fast --only hints
             fi
             ;;
         sweep_gemm)

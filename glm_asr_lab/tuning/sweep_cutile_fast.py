@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tile sweep of the cuTile fast path's kernels at the model's real shapes, on a GPU.
 
-    python -m glm_asr_lab.tuning.sweep_cutile_fast [--precision bf16|tf32] [--only gemv,head,gemm,prefill,flash,decode,norm]
+    python -m glm_asr_lab.tuning.sweep_cutile_fast [--precision bf16|tf32] [--only gemv,head,gemm,prefill,flash,decode,norm,hints]
 
 Each candidate is checked against torch (one line per failure; the GEMVs are checked by the
 self-checks instead) and timed as a CUDA graph of 20 launches (glm_asr_course.timer), so the ~14 us
@@ -10,7 +10,9 @@ copies, as the decode step reads each layer's weights once; the other launches r
 operands, which L2 holds where they fit. Prints one line per candidate
 (µs per launch, GB/s of the operands' minimum traffic or TFLOP/s) and the best of each shape; the
 chosen tiles go into the tile functions of glm_asr_cutile_example/fast_*.py by hand, with the
-figures in docs/performance.md.
+figures in docs/performance.md. The hints section times the linear launches at the table's tiles with
+ct.kernel's compiler hints (occupancy, num_ctas); winners go into fast_linear.KERNEL_HINTS_BY_GPU,
+keyed by the GPU's name.
 """
 
 import argparse
@@ -39,7 +41,7 @@ def timed(fn, reps=COPIES):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--precision", choices=["bf16", "tf32"], default="bf16")
-    parser.add_argument("--only", default="gemv,head,gemm,prefill,flash,decode,norm")
+    parser.add_argument("--only", default="gemv,head,gemm,prefill,flash,decode,norm,hints")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -100,6 +102,32 @@ def main(argv=None) -> int:
             print(f"{name}: the table's tiles {chosen}" + (" (a gated block: half the rows each)"
                                                            if how.get("gated") else ""))
             report("gemv", f"{name} {N}x{K}", cands, N * K * e / 1e0, "GB/s")
+    if "hints" in parts:
+        # Each linear launch at the table's tiles, with each compiler hint alone. The decode GEMVs cycle
+        # through COPIES weights as above; the GEMMs (an encoder window, a 5-minute clip's prompt) reuse theirs.
+        H, F, QKV = 2048, 6144, 3072
+        norm_w = rand(H)
+        hint_sets = ({}, {"occupancy": 1}, {"occupancy": 2}, {"occupancy": 4}, {"num_ctas": 2})
+        problems = (("q|k|v gemv", 1, QKV, H, dict(prologue=fast_linear.RMSNORM, norm_weight=norm_w, eps=1e-5)),
+                    ("o gemv", 1, H, H, dict(accumulate=True)),
+                    ("gate|up gemv", 1, 2 * F, H, dict(gated=True, prologue=fast_linear.RMSNORM, norm_weight=norm_w,
+                                                       eps=1e-5)),
+                    ("down gemv", 1, H, F, dict(accumulate=True)),
+                    ("enc q|k|v", 1500, 3840, 1280, {}),
+                    ("enc fc1", 1500, 5120, 1280, dict(gelu=True)),
+                    ("gate|up", 3765, 2 * F, H, dict(gated=True)))
+        for name, M, N, K, how in problems:
+            copies = COPIES if M == 1 else 1
+            weights = [rand(N, K, scale=K ** -0.5) for _ in range(copies)]
+            x = rand(M, K)
+            out = torch.empty(M, N // 2 if how.get("gated") else N, device=dev, dtype=dtype)
+            turn = itertools.count()
+            cands = [(hints or "defaults", lambda h=hints: fast_linear._launch(
+                x, weights[next(turn) % copies], None, out, precision="tf32", hints=h, **how), lambda _: 0.0)
+                for hints in hint_sets]
+            work, unit = (N * K * e, "GB/s") if M == 1 else (2 * M * N * K / 1e3, "TFLOP/s")
+            print(f"{name}: the table's tiles {fast_linear.linear_tiles(M, N, K, dtype, how.get('gelu', False))[1]}")
+            report("hints", f"{name} {M}x{N}x{K}", cands, work, unit)
     if "head" in parts:
         V, H = 59264, 2048
         x, w_lm, norm_w = rand(1, H), rand(V, H, scale=H ** -0.5), rand(H)
