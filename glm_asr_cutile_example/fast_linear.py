@@ -166,13 +166,20 @@ def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], H
                                                        1, BLOCK_N))
 
 
-# Compiler hints (ct.kernel's occupancy, num_ctas) for each launch kind ("gemv", "gated gemv", "gemm",
-# "gated gemm"), by the name CUDA gives the GPU: what glm_asr_lab/tuning/sweep_cutile_fast.py's hints
-# section found faster than the compiler's defaults. A GPU or kind not listed gets the defaults.
+# Compiler hints (ct.kernel's occupancy, num_ctas) for a launch kind ("gemv", "gated gemv", "gemm",
+# "gated gemm") at one tile (linear_tiles'), by the name CUDA gives the GPU: what
+# glm_asr_lab/tuning/sweep_cutile_fast.py's hints section found faster than the compiler's defaults
+# (docs/performance.md, 2026-11-26 latest). A GPU, kind or tile not listed gets the defaults.
 KERNEL_HINTS_BY_GPU = {
-    # gate|up, weights missing L2: 20.9 us by default, 18.0 at occupancy 2, 17.1 at 4; more resident
-    # blocks keep more loads in flight. q|k|v, o and down lost at 4 (docs/performance.md, 2026-11-26 latest).
-    "NVIDIA H200": {"gated gemv": {"occupancy": 4}},
+    "NVIDIA H200": {
+        # decode gate|up, weights missing L2: 21.1 us by default, 17.8 at occupancy 4 (more resident blocks
+        # keep more loads in flight); the other GEMVs lose at 4, and every GEMV at num_ctas 2.
+        ("gated gemv", (32, 256)): {"occupancy": 4},
+        # a 5-minute clip's prompt gate|up (M = 3,765): 1,147 us by default, 358 with two-CTA clusters.
+        ("gated gemm", (128, 128, 64)): {"num_ctas": 2},
+        # the encoder's fc1 with GELU (M = 1,500): 64.7 us by default, 52.3 at occupancy 2.
+        ("gemm", (64, 128, 64)): {"occupancy": 2},
+    },
 }
 
 
@@ -246,7 +253,7 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
     out_rows = _rows_of(out, "linear out")
     kind, tile = tiles or linear_tiles(M, weight.shape[0], K, x.dtype, gelu)
     if hints is None:
-        hints = KERNEL_HINTS_BY_GPU.get(_gpu_name(x.device), {}).get(("gated " if gated else "") + kind, {})
+        hints = KERNEL_HINTS_BY_GPU.get(_gpu_name(x.device), {}).get((("gated " if gated else "") + kind, tile), {})
     kernel = _hinted(gemv_kernel if kind == "gemv" else gemm_kernel, tuple(sorted(hints.items())))
     # Unused array arguments get any array of the right kind: the constant flags compile their loads away.
     bias_arg = weight[0] if bias is None else bias

@@ -120,7 +120,8 @@ def test_gated_gemv_takes_the_gpus_occupancy_hint(monkeypatch):
     plain = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
     assert launched == [fast_linear.gemv_kernel] * 2
     monkeypatch.setattr(fast_linear, "_gpu_name", lambda device: "test GPU")
-    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {"gated gemv": {"occupancy": 4}})
+    kind, tile = fast_linear.linear_tiles(1, 2 * F, H, torch.bfloat16)
+    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {("gated " + kind, tile): {"occupancy": 4}})
     launched.clear()
     hinted = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
     gated, down = launched
@@ -128,7 +129,8 @@ def test_gated_gemv_takes_the_gpus_occupancy_hint(monkeypatch):
     assert gated._pyfunc is fast_linear.gemv_kernel._pyfunc and gated.compiler_options == {"occupancy": 4}
     assert torch.equal(hinted, plain)
     # A prompt's rows take the gated GEMM, with that kind's hints.
-    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {"gated gemm": {"num_ctas": 2}})
+    kind, tile = fast_linear.linear_tiles(17, 2 * F, H, torch.bfloat16)
+    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {("gated " + kind, tile): {"num_ctas": 2}})
     launched.clear()
     rows = rand(17, H, dtype=torch.bfloat16, scale=3.0)
     fast_linear.llama_mlp(rows, norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
