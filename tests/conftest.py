@@ -20,6 +20,12 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     from glm_asr_course.runtimes import triton_interpreter
 
     triton_interpreter.apply_fixes()
+# Under pytest-xdist (utils/test.sh: two workers on a 2-core machine) each worker keeps to one core:
+# torch's intra-op threads, here and in the subprocesses that tests start, would only contend with the
+# other worker for the cores (the reason cutile_emulator runs its blocks on one thread).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
