@@ -74,6 +74,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(scope="module")
+def own_cutile_launch_record():
+    """This module's cuTile launches recorded apart from those of the files that ran before it in the process.
+
+    A module's sm_90 compile test compiles the signatures its cases launched. Under pytest-xdist the
+    files that share a worker vary from run to run, and their launches (other shapes, other flags) could
+    add minutes of compilation; set aside, the test compiles the same signatures every run. The earlier
+    record comes back afterwards."""
+    from glm_asr_course.runtimes.cutile import MODE, ct
+
+    if MODE != "emulate":
+        yield
+        return
+    earlier = dict(ct.LAUNCHES)
+    ct.LAUNCHES.clear()
+    yield
+    for key, signature in earlier.items():
+        ct.LAUNCHES.setdefault(key, signature)
+
+
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory) -> pathlib.Path:
     """Unsharded, float32 storage, untied lm_head (own tensor)."""

@@ -25,6 +25,9 @@ from glm_asr_cutile_example import fast_attention, fast_head, fast_linear, fast_
 from glm_asr_cutile_example.layers import rmsnorm
 from glm_asr_lab.cutile_compile_check import REPO, toolchain_missing
 
+# Its sm_90 compile test compiles what this file launched, whatever ran before it (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("own_cutile_launch_record")
+
 DEV = "cuda" if MODE == "gpu" else "cpu"
 FP32, BF16 = torch.float32, torch.bfloat16
 # (dtype, precision) → max |out - ref| / max |ref| for products summed over K.
