@@ -27,6 +27,7 @@ import zlib
 
 import torch
 
+from glm_asr_course.runtimes import gpu_name
 from glm_asr_course.runtimes.cutile import ct, launch
 from glm_asr_course.runtimes.tile_helpers import EMULATED, ZERO, as_rows, cdiv, erf, next_power_of_2, round_as
 
@@ -183,10 +184,6 @@ KERNEL_HINTS_BY_GPU = {
 }
 
 
-def _gpu_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else ""
-
-
 @functools.lru_cache(maxsize=None)
 def _hinted(kernel, hints: tuple):
     """``kernel``, or a copy compiled with ``hints`` ((name, value) pairs): a kernel object of its own."""
@@ -253,7 +250,7 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
     out_rows = _rows_of(out, "linear out")
     kind, tile = tiles or linear_tiles(M, weight.shape[0], K, x.dtype, gelu)
     if hints is None:
-        hints = KERNEL_HINTS_BY_GPU.get(_gpu_name(x.device), {}).get((("gated " if gated else "") + kind, tile), {})
+        hints = KERNEL_HINTS_BY_GPU.get(gpu_name(x.device), {}).get((("gated " if gated else "") + kind, tile), {})
     kernel = _hinted(gemv_kernel if kind == "gemv" else gemm_kernel, tuple(sorted(hints.items())))
     # Unused array arguments get any array of the right kind: the constant flags compile their loads away.
     bias_arg = weight[0] if bias is None else bias

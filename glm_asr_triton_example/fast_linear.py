@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from glm_asr_course.runtimes import gpu_name
 from glm_asr_course.runtimes.triton_helpers import (INTERPRET, as_rows, dot, fma_dot, pdl_options, release_consumer,
                                                     round_to, wait_for_producer)
 
@@ -295,12 +296,6 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-@functools.lru_cache(maxsize=None)
-def _gpu_name(device: torch.device) -> str:
-    """The key of GEMV_TILES_BY_GPU ("NVIDIA H200"); empty off a GPU."""
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else ""
-
-
 # One-row GEMV tiles that beat the rule in _linear_config on one GPU, by the name CUDA gives it:
 # {(N, K, dtype): (BLOCK_N, BLOCK_K in bytes, num_warps, num_stages)}. Each entry is the fastest tile of
 # glm_asr_lab/tuning/sweep_linear.py's decode section on that GPU (docs/performance.md, 2026-11-26 late,
@@ -418,7 +413,7 @@ def _stages_that_fit(stages: int, stage_bytes: int) -> int:
 def one_row_gemv_config(N: int, K: int, dtype: torch.dtype, device: torch.device) -> dict:
     """The launch options _linear_config gives a one-row GEMV of (N, K), for kernels built on gemv_rows."""
     device = torch.device(device)
-    kind, cfg = _linear_config(1, N, K, dtype, False, _sm_count(device), gpu=_gpu_name(device))
+    kind, cfg = _linear_config(1, N, K, dtype, False, _sm_count(device), gpu=gpu_name(device))
     assert kind == "gemv"
     return cfg
 
@@ -457,7 +452,7 @@ def _launch_linear(x, weight, bias, residual, out, apply_gelu, gated, precision,
     residual_rows = None if residual is None else as_rows(residual)
     stride_rm = 0 if residual_rows is None else residual_rows.stride(0)
     kind, cfg = config or _linear_config(M, N, K, x.dtype, gated, _sm_count(x.device),
-                                         fma=fma_dot(x.dtype, precision), gpu=_gpu_name(x.device))
+                                         fma=fma_dot(x.dtype, precision), gpu=gpu_name(x.device))
     cfg = dict(cfg)
     if kind == "tma" and not (_tma_addressable(rows) and _tma_addressable(weight)):
         kind = "gemm"  # the same tiles through plain loads

@@ -74,6 +74,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+class LaunchGrids:
+    """Stands in for a @triton.jit kernel and records the grid of every launch."""
+
+    def __init__(self, kernel):
+        self.kernel, self.grids = kernel, []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return self.kernel[grid]
+
+
+@pytest.fixture
+def launch_grids(monkeypatch):
+    """launch_grids(module, name): module.name, a @triton.jit kernel, replaced for the test by a LaunchGrids
+    of it, which is returned."""
+    def record(module, name):
+        grids = LaunchGrids(getattr(module, name))
+        monkeypatch.setattr(module, name, grids)
+        return grids
+    return record
+
+
 @pytest.fixture(scope="module")
 def own_cutile_launch_record():
     """This module's cuTile launches recorded apart from those of the files that ran before it in the process.

@@ -122,7 +122,7 @@ def test_gated_gemv_takes_the_gpus_occupancy_hint(monkeypatch):
     w_gu, w_down = rand(2 * F, H, dtype=torch.bfloat16, scale=H ** -0.5), rand(H, F, dtype=torch.bfloat16, scale=F ** -0.5)
     plain = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
     assert launched == [fast_linear.gemv_kernel] * 2
-    monkeypatch.setattr(fast_linear, "_gpu_name", lambda device: "test GPU")
+    monkeypatch.setattr(fast_linear, "gpu_name", lambda device: "test GPU")
     kind, tile = fast_linear.linear_tiles(1, 2 * F, H, torch.bfloat16)
     monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {("gated " + kind, tile): {"occupancy": 4}})
     launched.clear()

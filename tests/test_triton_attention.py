@@ -134,26 +134,18 @@ def test_project_qkv_into_cache(dtype, B, T, n_q, n_kv, head_dim, rotary_dim):
     assert k_cache[:, :, untouched].isnan().all() and v_cache[:, :, untouched].isnan().all()
 
 
-def test_project_qkv_into_cache_with_a_gpus_tuned_tile(monkeypatch):
+def test_project_qkv_into_cache_with_a_gpus_tuned_tile(monkeypatch, launch_grids):
     """The one-launch decode projection takes the GPU's one-row tile from fast_linear.GEMV_TILES_BY_GPU (a
     made-up GPU's here: 4 weight rows = 2 rotation pairs a program, 32-element K steps) and still writes
     what transformers computes (the test above, run again)."""
     from glm_asr_triton_example import fast_linear, fast_rope
 
     monkeypatch.setattr(fast_linear, "INTERPRET", False)
-    monkeypatch.setattr(fast_linear, "_gpu_name", lambda device: "test GPU")
+    monkeypatch.setattr(fast_linear, "gpu_name", lambda device: "test GPU")
     monkeypatch.setitem(fast_linear.GEMV_TILES_BY_GPU, "test GPU", {(512, 96, torch.bfloat16): (4, 64, 4, 4)})
-    grids = []
-    kernel = fast_rope.qkv_rope_gemv_kernel
-
-    class RecordGrid:
-        def __getitem__(self, grid):
-            grids.append(grid)
-            return kernel[grid]
-
-    monkeypatch.setattr(fast_rope, "qkv_rope_gemv_kernel", RecordGrid())
+    grids = launch_grids(fast_rope, "qkv_rope_gemv_kernel")
     test_project_qkv_into_cache(torch.bfloat16, 1, 1, 4, 2, 64, 64)
-    assert grids == [((4 + 2 * 2) * 32 // 2,)]
+    assert grids.grids == [((4 + 2 * 2) * 32 // 2,)]
 
 
 # --------------------------------------------------------------------------------------------------

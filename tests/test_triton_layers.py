@@ -332,26 +332,14 @@ def test_gpu_table_takes_a_gpus_own_gemv_tiles_only_for_that_gpu(monkeypatch):
                 1, N + 8, K, dtype, False, 132)
 
 
-class LaunchGrids:
-    """Stands in for a @triton.jit kernel and records the grid of every launch."""
-
-    def __init__(self, kernel):
-        self.kernel, self.grids = kernel, []
-
-    def __getitem__(self, grid):
-        self.grids.append(grid)
-        return self.kernel[grid]
-
-
 @pytest.mark.parametrize("dtype", [FP32, BF16])
-def test_one_row_linear_launches_the_gpus_tuned_tile(monkeypatch, gen, dtype):
+def test_one_row_linear_launches_the_gpus_tuned_tile(monkeypatch, launch_grids, gen, dtype):
     """A GPU's tile from GEMV_TILES_BY_GPU (here a made-up GPU's, at a small shape) is the one launched, and
     computes the same row: 4 output rows a program instead of the rule's 8, 32-element K steps."""
     monkeypatch.setattr(fast_linear, "INTERPRET", False)
-    monkeypatch.setattr(fast_linear, "_gpu_name", lambda device: "test GPU")
+    monkeypatch.setattr(fast_linear, "gpu_name", lambda device: "test GPU")
     monkeypatch.setitem(fast_linear.GEMV_TILES_BY_GPU, "test GPU", {(96, 80, dtype): (4, 32 * dtype.itemsize, 4, 4)})
-    grids = LaunchGrids(fast_linear.gemv_kernel)
-    monkeypatch.setattr(fast_linear, "gemv_kernel", grids)
+    grids = launch_grids(fast_linear, "gemv_kernel")
     x, w = rand(gen, 1, 80, dtype=dtype, scale=3.0), rand(gen, 96, 80, dtype=dtype, scale=80**-0.5)
     norm_weight = rand(gen, 80, dtype=dtype)
     out = fast_linear.linear(x, w, rms_norm=(norm_weight, 1e-5), precision=TF32)
