@@ -239,7 +239,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     # transcription's cache (at most 256 slots) is one split, the group padded to 16 query rows: one
     # launch, 6.5 us where 8 splits of 32 and their merge take 7.3 (H100, 72 live slots,
     # glm_asr_lab/tuning/sweep_cutile_fast.py --only decode). A longer one: 32 slots a split, up to 32
-    # splits (1024 slots, 600 live: 9.2 us, against 15.0 whole).
+    # splits (1024 slots, 600 live: 9.2 us, against 15.0 whole). Split blocks hold the group unpadded
+    # (4 rows), and at 4 rows 64-key steps run 2-3x slower than 32-key steps (H100, 3,840 slots, 3,778
+    # live: 45.5 us against 14.0; the 5-minute clip's decode step 3,063 -> 2,142 us).
     if split_size is None:
         split_size = Tmax if EMULATED or Tmax <= 256 else max(32, cdiv(Tmax, 32))
     split_size = next_power_of_2(split_size)
@@ -247,7 +249,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     direct = n_splits == 1
     block_d = max(16, next_power_of_2(D))
     block_g = max(16, next_power_of_2(group)) if direct and not EMULATED else next_power_of_2(group)
-    block_n = min(split_size, 64 if not EMULATED else split_size)
+    block_n = split_size if EMULATED else min(split_size, 64 if direct else 32)
     if tiles is not None:
         block_n, block_g = tiles
     q_groups = q.view(B, Hkv, group, D)

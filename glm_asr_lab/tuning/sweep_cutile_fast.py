@@ -177,9 +177,10 @@ def main(argv=None) -> int:
                               lambda o: rel(o, ref)))
         report("flash", f"T={T} H={H} D={D}", cands, 4 * T * T * H * D / 1e3, "TFLOP/s")
     if "decode" in parts:
-        # A short transcription's cache (the test clip: 59 prompt slots + 13 tokens) and a longer one.
+        # A short transcription's cache (the test clip: 59 prompt slots + 13 tokens), a longer one, and the
+        # 5-minute clip's (a 3,765-token prompt + 13 tokens, in a cache of 3,840 slots).
         B, Hq, Hkv, D = 1, 16, 4, 128
-        for Tmax, valid in ((256, 72), (1024, 600)):
+        for Tmax, valid in ((256, 72), (1024, 600), (3840, 3778)):
             q = rand(B, Hq, D)
             kc, vc = rand(B, Hkv, Tmax, D), rand(B, Hkv, Tmax, D)
             valid_len = torch.tensor([valid], dtype=torch.int32, device=dev)
