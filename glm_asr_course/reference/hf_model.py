@@ -108,15 +108,16 @@ def teacher_forced_regret(model, feed: dict, ids: list[int]) -> tuple[float, int
     return float(regret[step]), step, top2_gap(logits[step])
 
 
-def same_context_regret(step_logits: torch.Tensor, ref_step_logits: torch.Tensor) -> tuple[float, int]:
+def same_context_regret(step_logits: torch.Tensor, ref_step_logits: torch.Tensor) -> tuple[float, int, list]:
     """Every step's choice (argmax of ``step_logits``, given the reference's prefix) scored by the fp32
-    reference logits of that step: (summed regret, steps choosing another id than the reference).
-    Unlike the free-running regret every run is judged on the same contexts, so two runs compare step
-    by step: the measure of the bf16 / TF32 bar."""
+    reference logits of that step: (summed regret, steps choosing another id than the reference, the
+    regret of each such step). Unlike the free-running regret every run is judged on the same contexts,
+    so two runs compare step by step: the measure of the bf16 / TF32 bar."""
     chosen = step_logits.float().argmax(-1)
     ref = ref_step_logits.float()
     regret = ref.max(-1).values - ref.gather(-1, chosen[:, None])[:, 0]
-    return float(regret.sum()), int((chosen != ref.argmax(-1)).sum())
+    flipped = chosen != ref.argmax(-1)
+    return float(regret.sum()), int(flipped.sum()), regret[flipped].tolist()
 
 
 class HFTrack:
