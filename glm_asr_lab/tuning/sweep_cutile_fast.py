@@ -104,7 +104,8 @@ def main(argv=None) -> int:
             report("gemv", f"{name} {N}x{K}", cands, N * K * e / 1e0, "GB/s")
     if "hints" in parts:
         # Each linear launch at the table's tiles, with each compiler hint alone. The decode GEMVs cycle
-        # through COPIES weights as above; the GEMMs (an encoder window, a 5-minute clip's prompt) reuse theirs.
+        # through COPIES weights as above; the GEMMs (an encoder window, a 5-minute clip's prompt and
+        # encoder) reuse theirs.
         H, F, QKV = 2048, 6144, 3072
         norm_w = rand(H)
         hint_sets = ({}, {"occupancy": 1}, {"occupancy": 2}, {"occupancy": 4}, {"num_ctas": 2})
@@ -115,7 +116,11 @@ def main(argv=None) -> int:
                     ("down gemv", 1, H, F, dict(accumulate=True)),
                     ("enc q|k|v", 1500, 3840, 1280, {}),
                     ("enc fc1", 1500, 5120, 1280, dict(gelu=True)),
-                    ("gate|up", 3765, 2 * F, H, dict(gated=True)))
+                    ("gate|up", 3765, 2 * F, H, dict(gated=True)),
+                    # The 5-minute clip's encoder: ten windows in one launch.
+                    ("enc q|k|v x10", 15000, 3840, 1280, {}),
+                    ("enc fc1 x10", 15000, 5120, 1280, dict(gelu=True)),
+                    ("enc fc2 x10", 15000, 1280, 5120, {}))
         for name, M, N, K, how in problems:
             copies = COPIES if M == 1 else 1
             weights = [rand(N, K, scale=K ** -0.5) for _ in range(copies)]
