@@ -98,7 +98,7 @@ def regret_bound(hf_row: dict) -> float:
     2026-11-27). A sum of flips' regrets, each step flipping or not by chance, varies about as the square
     root of the sum of their squares; the difference of two independent runs, sqrt(2) times that. So
     bound = regret + 2 sqrt(2 x sum of squared flip regrets), with transformers' run as the estimate
-    (10 flips of equal regret r: 10 r + 17.9 r); with no flip, 0.01 (ties decided by rounding).
+    (10 flips of equal regret r: 10 r + 8.9 r); with no flip, 0.01 (ties decided by rounding).
     """
     squares = sum(r * r for r in hf_row["same_context_flip_regrets"])
     return hf_row["same_context_regret"] + 2 * (2 * squares) ** 0.5 + 0.01
