@@ -93,13 +93,18 @@ def regret_bound(hf_row: dict) -> float:
 
     Which near-ties a rounding flips is chance, and so is how much each flip costs. On the same weights
     and contexts transformers' own bf16 run summed 90.2 over 14 flips on an H100 and 55.6 over 10 on an
-    H200; one division of the encoder's LayerNorm rounded to nearest moved the Triton fast path from 67.9
-    over 11 to 94.1 over 12, and the Triton course path from 104 over 14 to 71.2 over 11 (H100,
-    2026-11-27). A sum of flips' regrets, each step flipping or not by chance, varies about as the square
-    root of the sum of their squares; the difference of two independent runs, sqrt(2) times that. So
-    bound = regret + 2 sqrt(2 x sum of squared flip regrets), with transformers' run as the estimate
-    (10 flips of equal regret r: 10 r + 8.9 r); with no flip, 0.01 (ties decided by rounding).
+    H200. Exact divisions and exps in the Triton course kernels moved that path from 104 over 14 to 71.2
+    over 11, and the Triton fast path, which shares only their LayerNorm, from 67.9 over 11 to 94.1 over
+    12 (H100, 2026-11-27). A sum of flips' regrets, each step flipping or not by chance, varies about as
+    the square root of the sum of their squares; the difference of two independent runs, sqrt(2) times
+    that. So bound = regret + 2 sqrt(2 x sum of squared flip regrets), with transformers' run as the
+    estimate (10 flips of equal regret r: 10 r + 8.9 r); with no flip, 0.01 (ties decided by rounding).
+    The bound errs wide: runs share many near-ties, so their difference varies less than two
+    independent runs'; and one large flip can carry half the sum of squares.
     """
+    if "same_context_flip_regrets" not in hf_row:
+        raise ValueError("regret_bound: the yardstick row has no same_context_flip_regrets (rows recorded "
+                         "before 2026-11-27 lack them): run glm_asr_lab.gpu.parity again")
     squares = sum(r * r for r in hf_row["same_context_flip_regrets"])
     return hf_row["same_context_regret"] + 2 * (2 * squares) ** 0.5 + 0.01
 
