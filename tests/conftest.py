@@ -104,16 +104,10 @@ def own_cutile_launch_record():
     files that share a worker vary from run to run, and their launches (other shapes, other flags) could
     add minutes of compilation; set aside, the test compiles the same signatures every run. The earlier
     record comes back afterwards."""
-    from glm_asr_course.runtimes.cutile import MODE, ct
+    from glm_asr_course.runtimes.cutile import signatures_set_aside
 
-    if MODE != "emulate":
+    with signatures_set_aside():
         yield
-        return
-    earlier = dict(ct.LAUNCHES)
-    ct.LAUNCHES.clear()
-    yield
-    for key, signature in earlier.items():
-        ct.LAUNCHES.setdefault(key, signature)
 
 
 @pytest.fixture(scope="session")

@@ -517,6 +517,24 @@ def test_launches_are_recorded_for_the_compile_check():
     ]
 
 
+@emulator_only
+def test_signatures_set_aside_hold_only_the_launches_inside():
+    """The guard of the sm_90 compile tests under pytest-xdist (conftest's own_cutile_launch_record): inside,
+    the record holds only what was launched there; afterwards the earlier record is back, the new after it."""
+    def copies_of(width):
+        return [r for r in cutile_runtime.recorded_signatures() if r["kernel"].endswith(".copy_tiles")
+                and r["params"][0]["shape"] == [2, width]]
+
+    launch((1, 1), copy_tiles, torch.ones(2, 3), torch.empty(2, 3), 2, 4)
+    before = [r["kernel"] + str(r["params"]) for r in cutile_runtime.recorded_signatures()]
+    with cutile_runtime.signatures_set_aside():
+        assert cutile_runtime.recorded_signatures() == []
+        launch((1, 1), copy_tiles, torch.ones(2, 5), torch.empty(2, 5), 2, 8)
+        assert len(cutile_runtime.recorded_signatures()) == 1 and len(copies_of(5)) == 1
+    after = [r["kernel"] + str(r["params"]) for r in cutile_runtime.recorded_signatures()]
+    assert after[:len(before)] == before and len(copies_of(3)) == 1 and len(copies_of(5)) == 1
+
+
 # --------------------------------------------------------------------------------------------------
 # The runtime: template stand-ins, modes
 # --------------------------------------------------------------------------------------------------

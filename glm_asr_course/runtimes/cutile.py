@@ -24,6 +24,7 @@ process add the kernel signatures it launched to FILE (JSON) when it exits, for 
 """
 
 import atexit
+import contextlib
 import functools
 import json
 import os
@@ -98,6 +99,26 @@ def recorded_signatures() -> list[dict]:
     if MODE != "emulate":
         return []
     return list(ct.LAUNCHES.values())
+
+
+@contextlib.contextmanager
+def signatures_set_aside():
+    """Within: recorded_signatures() holds only the launches made inside. Afterwards the earlier record
+    comes back, the new signatures after it. (A test file's compile check compiles what it launched,
+    whatever files ran before it in the process.)"""
+    if MODE != "emulate":
+        yield
+        return
+    earlier = dict(ct.LAUNCHES)
+    ct.LAUNCHES.clear()
+    try:
+        yield
+    finally:
+        inside = dict(ct.LAUNCHES)
+        ct.LAUNCHES.clear()
+        ct.LAUNCHES.update(earlier)
+        for key, signature in inside.items():
+            ct.LAUNCHES.setdefault(key, signature)
 
 
 def write_signatures(path, signatures=None) -> int:
