@@ -114,11 +114,10 @@ def signatures_set_aside():
     try:
         yield
     finally:
-        inside = dict(ct.LAUNCHES)
+        for key, signature in ct.LAUNCHES.items():
+            earlier.setdefault(key, signature)
         ct.LAUNCHES.clear()
         ct.LAUNCHES.update(earlier)
-        for key, signature in inside.items():
-            ct.LAUNCHES.setdefault(key, signature)
 
 
 def write_signatures(path, signatures=None) -> int:
