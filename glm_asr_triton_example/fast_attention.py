@@ -162,7 +162,7 @@ def _flash_config(head_dim: int, dtype: torch.dtype, precision: str) -> tuple[in
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, *, causal: bool,
                     precision: str, kv_start: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                    kv_layout: str = "bthd") -> torch.Tensor:
+                    kv_layout: str = "bthd", tiles: tuple[int, int, int, int] | None = None) -> torch.Tensor:
     """softmax(q k^T * scale) v, fused. Returns out (B, Tq, Hq, D), contiguous.
 
     q: (B, Tq, Hq, D), any strides with a contiguous last dim (e.g. a view into a fused QKV output).
@@ -175,6 +175,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     kv_start: optional int32 (B,), keys j < kv_start[b] are masked (left padding). Query rows that
               see no key at all come out as zeros.
     precision: "tf32" or "ieee" for fp32 operands. Any head size D (padded to a power of two, masked).
+    tiles: (BLOCK_M, BLOCK_N, num_warps, num_stages) in place of _flash_config's (for
+    glm_asr_lab/tuning/sweep_attention.py); BLOCK_M must be a multiple of BLOCK_N when causal.
     """
     B, Tq, Hq, D = q.shape
     if kv_layout == "bthd":
@@ -197,7 +199,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
         out = torch.empty((B, Tq, Hq, D), dtype=q.dtype, device=q.device)
     assert out.shape == (B, Tq, Hq, D) and out.is_contiguous()
     block_d = max(16, triton.next_power_of_2(D))
-    block_m, block_n, num_warps, num_stages = _flash_config(block_d, q.dtype, precision)
+    block_m, block_n, num_warps, num_stages = tiles or _flash_config(block_d, q.dtype, precision)
     if INTERPRET:
         # The interpreter pays per program and per block step, not per element: take big tiles.
         block_m, block_n = min(512, triton.next_power_of_2(Tq)), min(512, triton.next_power_of_2(Tk))

@@ -36,6 +36,7 @@
 #             CUDA-core GEMV against tensor-core tiles) and sweep_cutile_fast.py (cuTile's GEMVs on weights
 #             that miss L2, its decode attention's split size, its linear launches under compiler hints)
 #   sweep_gemm  glm_asr_lab/tuning/sweep_linear.py's prefill and encoder GEMM tiles
+#   sweep_attention  glm_asr_lab/tuning/sweep_attention.py: Triton's flash attention tiles (encoder, prefill)
 #   timeline  the decode step launch by launch, both fast paths, with and without programmatic
 #             dependent launch (about 2 min)
 #   all       bench parity regret clips kernels robust detailed grade grade_cutile
@@ -52,8 +53,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR=$2; shift 2 ;;
         all) PARTS+=(bench parity regret clips kernels robust detailed grade grade_cutile); shift ;;
-        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|timeline|tune|sweep|sweep_gemm) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath timeline tune sweep sweep_gemm all" >&2
+        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|timeline|tune|sweep|sweep_gemm|sweep_attention) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath timeline tune sweep sweep_gemm sweep_attention all" >&2
            exit 2 ;;
     esac
 done
@@ -300,6 +301,10 @@ for part in "${PARTS[@]}"; do
         sweep_gemm)
             step "sweep: Triton prefill and encoder GEMMs" 560 python3 -m glm_asr_lab.tuning.sweep_linear \
                 --sections prefill,encoder --json "$OUT_DIR/sweep_gemm.json"
+            ;;
+        sweep_attention)
+            step "sweep: Triton flash attention" 400 python3 -m glm_asr_lab.tuning.sweep_attention \
+                --json "$OUT_DIR/sweep_attention.json"
             ;;
     esac
 done

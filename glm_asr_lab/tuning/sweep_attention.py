@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Time the Triton example's flash attention over a grid of tiles, at the model's real shapes.
+
+    python -m glm_asr_lab.tuning.sweep_attention [--top 5] [--json PATH]
+
+``fast_attention._flash_config`` is a hand-made table; this is how its bf16 entries are checked on a
+GPU. Shapes come from transformers' default GlmAsrConfig:
+  encoder   non-causal over the whole 30 s window, q, k, v strided views into the fused QKV output,
+            one window (a short clip: few programs, so the tiles decide how full the GPU is) and ten
+            (the 5-minute clip)
+  prefill   causal, GQA, keys and values read from the KV cache: the test clip's prompt and the
+            5-minute clip's
+Each candidate is checked against torch's scaled_dot_product_attention before it is timed (a tile
+that computes the wrong thing is reported, not ranked). Rates are attention FLOPs (4 T_q T_k H D,
+halved when causal) per second. GPU only.
+"""
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from glm_asr_course.model.checkpoint import default_config_dict
+from glm_asr_course.model.config import ModelConfig
+from glm_asr_lab.tuning.sweep_linear import graph_time_us, report
+from glm_asr_triton_example import fast_attention
+
+GRAPH_LAUNCHES = 8  # launches per timed graph (the inputs stay in L2, as in the model)
+
+
+def problems(cfg: ModelConfig, prompt_tokens: tuple[int, ...]) -> list[dict]:
+    e, d = cfg.encoder, cfg.decoder
+    out = [dict(name=f"encoder {windows} window(s) T={e.max_positions} H={e.num_heads} D={e.head_dim}",
+                batch=windows, T=e.max_positions, Hq=e.num_heads, Hkv=e.num_heads, D=e.head_dim, causal=False)
+           for windows in (1, 10)]
+    out += [dict(name=f"prefill T={T} Hq={d.num_heads} Hkv={d.num_kv_heads} D={d.head_dim}", batch=1, T=T,
+                 Hq=d.num_heads, Hkv=d.num_kv_heads, D=d.head_dim, causal=True) for T in prompt_tokens]
+    return out
+
+
+def candidates(causal: bool) -> list[tuple[int, int, int, int]]:
+    out = []
+    for block_m, block_n, warps, stages in itertools.product((64, 128, 256), (32, 64, 128), (4, 8), (2, 3, 4)):
+        if block_m * block_n > 128 * 128 or (causal and block_m % block_n):
+            continue
+        out.append((block_m, block_n, warps, stages))
+    return out
+
+
+def inputs(problem: dict, dtype: torch.dtype):
+    """(q, k, v, kv_layout, kv_start, reference) laid out as the model lays them out."""
+    B, T, Hq, Hkv, D = (problem[key] for key in ("batch", "T", "Hq", "Hkv", "D"))
+    if not problem["causal"]:
+        qkv = torch.randn(B, T, 3 * Hq, D, device="cuda").to(dtype)
+        q, k, v = qkv[:, :, :Hq], qkv[:, :, Hq:2 * Hq], qkv[:, :, 2 * Hq:]
+        ref = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)))
+        return q, k, v, "bthd", None, ref.transpose(1, 2)
+    q = torch.randn(B, T, Hq, D, device="cuda").to(dtype)
+    cache_slots = T + 64
+    k_cache, v_cache = (torch.randn(B, Hkv, cache_slots, D, device="cuda").to(dtype) for _ in range(2))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k_cache[:, :, :T], v_cache[:, :, :T],
+                                                           is_causal=True, enable_gqa=True)
+    kv_start = torch.zeros(B, dtype=torch.int32, device="cuda")  # the model always passes one (no padding here)
+    return q, k_cache, v_cache, "bhtd", kv_start, ref.transpose(1, 2)
+
+
+def time_problem(problem: dict, dtype: torch.dtype) -> list[dict]:
+    q, k, v, layout, kv_start, ref = inputs(problem, dtype)
+    out = torch.empty_like(ref, memory_format=torch.contiguous_format)
+    scale = problem["D"] ** -0.5
+    flops = 4 * problem["batch"] * problem["T"] ** 2 * problem["Hq"] * problem["D"] / (2 if problem["causal"] else 1)
+    chosen = fast_attention._flash_config(problem["D"], dtype, "tf32")
+    rows = []
+    for tiles in [chosen] + [t for t in candidates(problem["causal"]) if t != chosen]:
+        def launch(_, tiles=tiles):
+            fast_attention.flash_attention(q, k, v, scale, causal=problem["causal"], precision="tf32",
+                                           kv_layout=layout, kv_start=kv_start, out=out, tiles=tiles)
+
+        try:
+            launch(0)
+            error = (out.float() - ref.float()).abs().max().item()
+            if error > 0.05:
+                print(f"  wrong {tiles}: max error {error:.3g}")
+                continue
+            us = graph_time_us(launch, GRAPH_LAUNCHES)
+        except Exception as failure:  # e.g. out of shared memory for a large tile: skip the candidate
+            print(f"  skipped {tiles}: {type(failure).__name__}: {str(failure).splitlines()[0][:100]}")
+            continue
+        rows.append(dict(kind="flash", config=dict(BLOCK_M=tiles[0], BLOCK_N=tiles[1], num_warps=tiles[2],
+                                                   num_stages=tiles[3]),
+                         us=us, tflops=flops / us / 1e6, chosen=tiles == chosen))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompt-tokens", default="59,3765", help="comma-separated prompt lengths (prefill)")
+    parser.add_argument("--top", type=int, default=5)
+    parser.add_argument("--json", help="write every timing as JSON")
+    args = parser.parse_args()
+    if not torch.cuda.is_available() or fast_attention.INTERPRET:
+        sys.exit("sweep_attention.py times GPU kernels: it needs CUDA (and TRITON_INTERPRET unset)")
+    torch.manual_seed(0)
+    dtype = torch.bfloat16
+    cfg = ModelConfig.from_dict(default_config_dict())
+    print(f"{torch.cuda.get_device_name()}, bf16")
+    results = {}
+    for problem in problems(cfg, tuple(int(t) for t in args.prompt_tokens.split(","))):
+        start = time.time()
+        results[problem["name"]] = rows = time_problem(problem, dtype)
+        report(problem["name"], rows, args.top, "tflops")
+        print(f"({time.time() - start:.0f} s)", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(device=torch.cuda.get_device_name(), dtype="bfloat16",
+                                                   results=results), indent=1))
+
+
+if __name__ == "__main__":
+    main()
