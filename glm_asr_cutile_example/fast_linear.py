@@ -170,24 +170,36 @@ def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], H
 # Compiler hints (ct.kernel's occupancy, num_ctas) for a launch kind ("gemv", "gated gemv", "gemm",
 # "gated gemm") at one tile (linear_tiles'), by the name CUDA gives the GPU: what
 # glm_asr_lab/tuning/sweep_cutile_fast.py's hints section found faster than the compiler's defaults
-# (docs/performance.md, 2026-11-26 latest). A GPU, kind or tile not listed gets the defaults.
+# (docs/performance.md). Each entry is ((min_rows, hints), ...) in rising min_rows: a launch of M rows
+# takes the last hints whose min_rows <= M, since the best hint can change with the number of rows
+# (an encoder window against a 5-minute clip's ten). A GPU, kind, tile or row count not listed gets
+# the defaults.
 KERNEL_HINTS_BY_GPU = {
     "NVIDIA H200": {
         # decode gate|up, weights missing L2: 21.1 us by default, 17.8 at occupancy 4 (more resident blocks
         # keep more loads in flight); the other GEMVs lose at 4, and every GEMV at num_ctas 2.
-        ("gated gemv", (32, 256)): {"occupancy": 4},
+        ("gated gemv", (32, 256)): ((1, {"occupancy": 4}),),
         # a 5-minute clip's prompt gate|up (M = 3,765): 1,147 us by default, 358 with two-CTA clusters.
         # (The encoder's fc1, 64.7 us by default and 52.3 at occupancy 2 alone, made the test clip's
         # replayed prompt graph 1.9 ms slower: left at the default.)
-        ("gated gemm", (128, 128, 64)): {"num_ctas": 2},
+        ("gated gemm", (128, 128, 64)): ((1, {"num_ctas": 2}),),
     },
     "NVIDIA H100 80GB HBM3": {
         # The same two launches gain on an H100 (2026-11-27): decode gate|up 24.3 -> 21.4 us (21.5 at
         # occupancy 4); the prompt's gate|up 1,183 -> 376 us. fc1 is left at the default as on the H200.
-        ("gated gemv", (32, 256)): {"occupancy": 2},
-        ("gated gemm", (128, 128, 64)): {"num_ctas": 2},
+        ("gated gemv", (32, 256)): ((1, {"occupancy": 2}),),
+        ("gated gemm", (128, 128, 64)): ((1, {"num_ctas": 2}),),
     },
 }
+
+
+def kernel_hints(gpu: str, kind: str, tile: tuple[int, ...], rows: int) -> dict:
+    """KERNEL_HINTS_BY_GPU's hints for a launch of `rows` rows ({} where none apply)."""
+    hints = {}
+    for min_rows, entry in KERNEL_HINTS_BY_GPU.get(gpu, {}).get((kind, tile), ()):
+        if rows >= min_rows:
+            hints = entry
+    return hints
 
 
 @functools.lru_cache(maxsize=None)
@@ -256,7 +268,7 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
     out_rows = _rows_of(out, "linear out")
     kind, tile = tiles or linear_tiles(M, weight.shape[0], K, x.dtype, gelu)
     if hints is None:
-        hints = KERNEL_HINTS_BY_GPU.get(gpu_name(x.device), {}).get((("gated " if gated else "") + kind, tile), {})
+        hints = kernel_hints(gpu_name(x.device), ("gated " if gated else "") + kind, tile, M)
     kernel = _hinted(gemv_kernel if kind == "gemv" else gemm_kernel, tuple(sorted(hints.items())))
     # Unused array arguments get any array of the right kind: the constant flags compile their loads away.
     bias_arg = weight[0] if bias is None else bias

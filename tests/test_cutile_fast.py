@@ -124,7 +124,7 @@ def test_gated_gemv_takes_the_gpus_occupancy_hint(monkeypatch):
     assert launched == [fast_linear.gemv_kernel] * 2
     monkeypatch.setattr(fast_linear, "gpu_name", lambda device: "test GPU")
     kind, tile = fast_linear.linear_tiles(1, 2 * F, H, torch.bfloat16)
-    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {("gated " + kind, tile): {"occupancy": 4}})
+    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {("gated " + kind, tile): ((1, {"occupancy": 4}),)})
     launched.clear()
     hinted = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
     gated, down = launched
@@ -133,12 +133,25 @@ def test_gated_gemv_takes_the_gpus_occupancy_hint(monkeypatch):
     assert torch.equal(hinted, plain)
     # A prompt's rows take the gated GEMM, with that kind's hints.
     kind, tile = fast_linear.linear_tiles(17, 2 * F, H, torch.bfloat16)
-    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {("gated " + kind, tile): {"num_ctas": 2}})
+    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {("gated " + kind, tile): ((1, {"num_ctas": 2}),)})
     launched.clear()
     rows = rand(17, H, dtype=torch.bfloat16, scale=3.0)
     fast_linear.llama_mlp(rows, norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
     gated_gemm = [k for k in launched if getattr(k, "_pyfunc", None) is fast_linear.gemm_kernel._pyfunc]
     assert [k.compiler_options for k in gated_gemm] == [{"num_ctas": 2}, {}]  # gate|up, then down
+
+
+def test_kernel_hints_follow_the_row_count(monkeypatch):
+    """A launch takes the hints of the last entry whose min_rows it reaches: none below the first,
+    the first up to the second, the second from there; other kinds, tiles and GPUs take none."""
+    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU",
+                        {("gemm", (128, 128, 64)): ((3000, {"occupancy": 2}), (12000, {"occupancy": 4}))})
+    hints = [fast_linear.kernel_hints("test GPU", "gemm", (128, 128, 64), rows)
+             for rows in (1, 1500, 2999, 3000, 11999, 12000, 15000)]
+    assert hints == [{}, {}, {}, {"occupancy": 2}, {"occupancy": 2}, {"occupancy": 4}, {"occupancy": 4}]
+    assert fast_linear.kernel_hints("test GPU", "gated gemm", (128, 128, 64), 15000) == {}
+    assert fast_linear.kernel_hints("test GPU", "gemm", (64, 128, 64), 15000) == {}
+    assert fast_linear.kernel_hints("another GPU", "gemm", (128, 128, 64), 15000) == {}
 
 
 # ---------------------------------------------------------------------------------------------
