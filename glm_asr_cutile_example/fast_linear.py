@@ -186,9 +186,16 @@ KERNEL_HINTS_BY_GPU = {
     },
     "NVIDIA H100 80GB HBM3": {
         # The same two launches gain on an H100 (2026-11-27): decode gate|up 24.3 -> 21.4 us (21.5 at
-        # occupancy 4); the prompt's gate|up 1,183 -> 376 us. fc1 is left at the default as on the H200.
+        # occupancy 4); the prompt's gate|up 1,183 -> 376 us.
         ("gated gemv", (32, 256)): ((1, {"occupancy": 2}),),
         ("gated gemm", (128, 128, 64)): ((1, {"num_ctas": 2}),),
+        # The encoder's fc1 (its only 64-row tile) at occupancy 4: 66.5 -> 56.4 us over one window, 742 ->
+        # 591 over ten. The 128 x 128 GEMMs gain at occupancy 4 from two windows on (ten windows: q|k|v
+        # 383 -> 303 us, o 151 -> 127, fc2 566 -> 406) but not over one (q|k|v 30.1 us by default,
+        # 30.9 at occupancy 2). End to end, 5-minute clip: 139.2 / 141.0 -> 130.5 ms; test clip 29.93 /
+        # 29.88 -> 29.49 (2026-11-27, one H100, docs/performance.md).
+        ("gemm", (64, 128, 64)): ((1, {"occupancy": 4}),),
+        ("gemm", (128, 128, 64)): ((3000, {"occupancy": 4}),),
     },
 }
 
