@@ -22,13 +22,12 @@ back (ACCUMULATE).
 Self-check: python -m glm_asr_cutile_example.fast_linear  (without a GPU: the cuTile emulator)
 """
 
-import functools
 import zlib
 
 import torch
 
 from glm_asr_course.runtimes import gpu_name
-from glm_asr_course.runtimes.cutile import ct, launch
+from glm_asr_course.runtimes.cutile import ct, launch, with_hints
 from glm_asr_course.runtimes.tile_helpers import EMULATED, ZERO, as_rows, cdiv, erf, next_power_of_2, round_as
 
 # gemv_kernel's prologues: what the weight multiplies.
@@ -209,12 +208,6 @@ def kernel_hints(gpu: str, kind: str, tile: tuple[int, ...], rows: int) -> dict:
     return hints
 
 
-@functools.lru_cache(maxsize=None)
-def _hinted(kernel, hints: tuple):
-    """``kernel``, or a copy compiled with ``hints`` ((name, value) pairs): a kernel object of its own."""
-    return kernel if not hints else ct.kernel(kernel._pyfunc, **dict(hints))
-
-
 # Rows up to which the one-row GEMV serves (it reads the weight once per row).
 GEMV_MAX_ROWS = 2
 # Bytes of each weight row a GEMV block reads per step.
@@ -276,7 +269,7 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
     kind, tile = tiles or linear_tiles(M, weight.shape[0], K, x.dtype, gelu)
     if hints is None:
         hints = kernel_hints(gpu_name(x.device), ("gated " if gated else "") + kind, tile, M)
-    kernel = _hinted(gemv_kernel if kind == "gemv" else gemm_kernel, tuple(sorted(hints.items())))
+    kernel = with_hints(gemv_kernel if kind == "gemv" else gemm_kernel, tuple(sorted(hints.items())))
     # Unused array arguments get any array of the right kind: the constant flags compile their loads away.
     bias_arg = weight[0] if bias is None else bias
     if kind == "gemv":

@@ -68,6 +68,13 @@ def pdl_enabled() -> bool:
     return torch.cuda.get_device_capability()[0] >= 9
 
 
+@functools.lru_cache(maxsize=None)
+def with_hints(kernel, hints: tuple):
+    """``kernel``, or a copy compiled with ``hints`` ((name, value) pairs of ``ct.kernel``'s options:
+    occupancy, num_ctas, num_worker_warps): a kernel object of its own, made once per set."""
+    return kernel if not hints else ct.kernel(kernel._pyfunc, **dict(hints))
+
+
 def launch(grid, kernel, *args, pdl: bool = False) -> None:
     """Launch ``kernel`` over ``grid`` (a tuple of 1 to 3 block counts) with ``args``.
 

@@ -10,9 +10,9 @@ copies, as the decode step reads each layer's weights once; the other launches r
 operands, which L2 holds where they fit. Prints one line per candidate
 (µs per launch, GB/s of the operands' minimum traffic or TFLOP/s) and the best of each shape; the
 chosen tiles go into the tile functions of glm_asr_cutile_example/fast_*.py by hand, with the
-figures in docs/performance.md. The hints section times the linear launches at the table's tiles with
-ct.kernel's compiler hints (occupancy, num_ctas); winners go into fast_linear.KERNEL_HINTS_BY_GPU,
-keyed by the GPU's name.
+figures in docs/performance.md. The hints section times the linear launches and the encoder's flash
+attention at the table's tiles with each of ct.kernel's compiler hints (occupancy, num_ctas,
+num_worker_warps); winners go into fast_linear.KERNEL_HINTS_BY_GPU, keyed by the GPU's name.
 """
 
 import argparse
@@ -27,6 +27,10 @@ from glm_asr_course.timer import time_repeats  # noqa: E402
 
 
 COPIES = 20  # distinct weights a gemv timing cycles through (20 x 8 MB, the smallest, is 3x the L2)
+# ct.kernel's compiler options, one at a time. num_worker_warps sizes the warp groups of a kernel the
+# compiler warp-specialises (cuda.tile 1.7 with tileiras 13.3+; 4 and 8 only before 13.5).
+HINT_SETS = ({}, {"occupancy": 1}, {"occupancy": 2}, {"occupancy": 4}, {"num_ctas": 2},
+             {"num_worker_warps": 4}, {"num_worker_warps": 8})
 
 
 def timed(fn, reps=COPIES):
@@ -108,7 +112,7 @@ def main(argv=None) -> int:
         # encoder) reuse theirs.
         H, F, QKV = 2048, 6144, 3072
         norm_w = rand(H)
-        hint_sets = ({}, {"occupancy": 1}, {"occupancy": 2}, {"occupancy": 4}, {"num_ctas": 2})
+        hint_sets = HINT_SETS
         problems = (("q|k|v gemv", 1, QKV, H, dict(prologue=fast_linear.RMSNORM, norm_weight=norm_w, eps=1e-5)),
                     ("o gemv", 1, H, H, dict(accumulate=True)),
                     ("gate|up gemv", 1, 2 * F, H, dict(gated=True, prologue=fast_linear.RMSNORM, norm_weight=norm_w,
@@ -137,6 +141,17 @@ def main(argv=None) -> int:
             work, unit = (N * K * e, "GB/s") if M == 1 else (2 * M * N * K / 1e3, "TFLOP/s")
             print(f"{name}: the table's tiles {fast_linear.linear_tiles(M, N, K, dtype, how.get('gelu', False))[1]}")
             report("hints", f"{name} {M}x{N}x{K}", cands, work, unit)
+        # The encoder's flash attention over one window and ten, at its default tiles.
+        T, H, D = 1500, 20, 64
+        for windows in (1, 10):
+            qkv = rand(windows, T, 3, H, D)
+            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
+            out = torch.empty(windows, T, H, D, device=dev, dtype=dtype).transpose(1, 2)
+            cands = [(hints or "defaults", lambda h=hints: fast_attention.flash_attention(
+                q, k, v, D ** -0.5, out, causal=False, precision="tf32", hints=h), lambda _: 0.0)
+                for hints in hint_sets]
+            report("hints", f"enc flash x{windows} T={T} H={H} D={D}", cands, 4 * windows * T * T * H * D / 1e3,
+                   "TFLOP/s")
     if "head" in parts:
         V, H = 59264, 2048
         x, w_lm, norm_w = rand(1, H), rand(V, H, scale=H ** -0.5), rand(H)
