@@ -20,8 +20,11 @@ Self-check: python -m glm_asr_cutile_example.fast_attention  (without a GPU: the
 
 import torch
 
+from glm_asr_course.runtimes import gpu_name
 from glm_asr_course.runtimes.cutile import ct, launch, with_hints
 from glm_asr_course.runtimes.tile_helpers import EMULATED, NEG_INF, ZERO, cdiv, next_power_of_2
+
+from .fast_linear import kernel_hints
 
 LOG2E = 1.4426950408889634
 
@@ -120,8 +123,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     q, out: (B, Hq, Tq, D); k, v: (B, Hkv, Tk, D): any strides with a contiguous last dim (views of
     a fused QKV output, or the first Tk slots of a KV cache). causal needs Tq == Tk. kv_start: int32
     (B,) or None. precision: "tf32" or "ieee" for fp32 operands. Any head size D. tiles, hints:
-    (BLOCK_M, BLOCK_N, BLOCK_D) and ct.kernel's compiler options in place of the defaults
-    (glm_asr_lab/tuning/sweep_cutile_fast.py).
+    (BLOCK_M, BLOCK_N, BLOCK_D) and ct.kernel's compiler options in place of the defaults (the
+    hints: fast_linear.KERNEL_HINTS_BY_GPU's "flash" entries, by B * Tq rows; both come from
+    glm_asr_lab/tuning/sweep_cutile_fast.py).
     """
     B, Hq, Tq, D = q.shape
     Hkv, Tk = k.shape[1], k.shape[2]
@@ -135,7 +139,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     if kv_start is not None and (kv_start.dtype != torch.int32 or kv_start.shape != (B,)):
         raise ValueError("flash_attention: kv_start must be int32 (B,)")
     block_m, block_n, block_d = tiles or _flash_tiles(Tq, Tk, D, q.dtype)
-    kernel = with_hints(flash_attention_kernel, tuple(sorted((hints or {}).items())))
+    if hints is None:
+        hints = kernel_hints(gpu_name(q.device), "flash", (block_m, block_n, block_d), B * Tq)
+    kernel = with_hints(flash_attention_kernel, hints)
     launch((cdiv(Tq, block_m), B * Hq), kernel, q, k, v, out,
            kv_start if kv_start is not None else torch.zeros(B, dtype=torch.int32, device=q.device),
            float(scale * LOG2E), causal, kv_start is not None, precision == "tf32", block_m, block_n, block_d)

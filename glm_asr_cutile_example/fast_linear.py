@@ -166,8 +166,9 @@ def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], H
                                                        1, BLOCK_N))
 
 
-# Compiler hints (ct.kernel's occupancy, num_ctas) for a launch kind ("gemv", "gated gemv", "gemm",
-# "gated gemm") at one tile (linear_tiles'), by the name CUDA gives the GPU: what
+# Compiler hints (ct.kernel's occupancy, num_ctas, num_worker_warps) for a launch kind ("gemv", "gated
+# gemv", "gemm", "gated gemm"; "flash" for fast_attention's flash attention) at one tile (linear_tiles',
+# _flash_tiles'), by the name CUDA gives the GPU: what
 # glm_asr_lab/tuning/sweep_cutile_fast.py's hints section found faster than the compiler's defaults
 # (docs/performance.md). Each entry is ((min_rows, hints), ...) in rising min_rows: a launch of M rows
 # takes the last hints whose min_rows <= M, since the best hint can change with the number of rows
@@ -188,11 +189,12 @@ KERNEL_HINTS_BY_GPU = {
         # occupancy 4); the prompt's gate|up 1,183 -> 376 us.
         ("gated gemv", (32, 256)): ((1, {"occupancy": 2}),),
         ("gated gemm", (128, 128, 64)): ((1, {"num_ctas": 2}),),
-        # The encoder's fc1 (its only 64-row tile) at occupancy 4: 66.5 -> 56.4 us over one window, 742 ->
-        # 591 over ten. The 128 x 128 GEMMs gain at occupancy 4 from two windows on (ten windows: q|k|v
-        # 383 -> 303 us, o 151 -> 127, fc2 566 -> 406) but not over one (q|k|v 30.1 us by default,
-        # 30.9 at occupancy 2). End to end, 5-minute clip: 139.2 / 141.0 -> 130.5 ms; test clip 29.93 /
-        # 29.88 -> 29.49 (2026-11-27, one H100, docs/performance.md).
+        # The 64 x 128 tile (the encoder's fc1 and the conv stem) at occupancy 4: fc1 66.5 -> 56.4 us over
+        # one window, 742 -> 591 over ten. The 128 x 128 GEMMs gain at occupancy 4 from two windows on (ten
+        # windows: q|k|v 383 -> 303 us, o 151 -> 127, fc2 566 -> 406) but not over one (q|k|v 30.1 us by
+        # default, 30.9 at occupancy 2). A long prompt's q|k|v, o and down take it too (down 166 -> 169
+        # us; the 5-minute prompt's kernels 29.4 -> 29.3 ms). End to end, 5-minute clip: 139.2 / 141.0 ->
+        # 130.5 ms; test clip 29.93 / 29.88 -> 29.49 (2026-11-27, one H100, docs/performance.md).
         ("gemm", (64, 128, 64)): ((1, {"occupancy": 4}),),
         ("gemm", (128, 128, 64)): ((3000, {"occupancy": 4}),),
     },
@@ -269,7 +271,7 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
     kind, tile = tiles or linear_tiles(M, weight.shape[0], K, x.dtype, gelu)
     if hints is None:
         hints = kernel_hints(gpu_name(x.device), ("gated " if gated else "") + kind, tile, M)
-    kernel = with_hints(gemv_kernel if kind == "gemv" else gemm_kernel, tuple(sorted(hints.items())))
+    kernel = with_hints(gemv_kernel if kind == "gemv" else gemm_kernel, hints)
     # Unused array arguments get any array of the right kind: the constant flags compile their loads away.
     bias_arg = weight[0] if bias is None else bias
     if kind == "gemv":

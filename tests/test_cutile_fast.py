@@ -154,6 +154,34 @@ def test_kernel_hints_follow_the_row_count(monkeypatch):
     assert fast_linear.kernel_hints("another GPU", "gemm", (128, 128, 64), 15000) == {}
 
 
+def test_flash_attention_takes_the_gpus_hint_from_its_rows(monkeypatch):
+    """Flash attention looks up KERNEL_HINTS_BY_GPU's "flash" entry at its tiles, by B * Tq rows (here a
+    made-up GPU's): from min_rows on it runs a copy of its kernel compiled with the hint, and computes
+    what the plain kernel does; below, the plain kernel."""
+    launched = []
+    real_launch = fast_attention.launch
+
+    def record(grid, kernel, *args, **options):
+        launched.append(kernel)
+        return real_launch(grid, kernel, *args, **options)
+
+    monkeypatch.setattr(fast_attention, "launch", record)
+    monkeypatch.setattr(fast_attention, "gpu_name", lambda device: "test GPU")
+    B, H, T, D = 2, 2, 24, 16
+    q, k, v = (rand(B, H, T, D, dtype=torch.bfloat16, seed=seed) for seed in (1, 2, 3))
+    tiles = fast_attention._flash_tiles(T, T, D, torch.bfloat16)
+    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU",
+                        {("flash", tiles): ((B * T, {"occupancy": 2}),)})
+    hinted = fast_attention.flash_attention(q, k, v, D ** -0.5, torch.empty_like(q), causal=False, precision="tf32")
+    plain_rows = fast_attention.flash_attention(q[:1], k[:1], v[:1], D ** -0.5, torch.empty_like(q[:1]), causal=False,
+                                                precision="tf32")
+    (with_hint,), (without,) = launched[:1], launched[1:]
+    assert with_hint._pyfunc is fast_attention.flash_attention_kernel._pyfunc
+    assert with_hint.compiler_options == {"occupancy": 2}
+    assert without is fast_attention.flash_attention_kernel  # B * Tq = 24 rows, under min_rows 48
+    assert torch.equal(hinted[:1], plain_rows)
+
+
 # ---------------------------------------------------------------------------------------------
 # Attention
 # ---------------------------------------------------------------------------------------------

@@ -68,10 +68,14 @@ def pdl_enabled() -> bool:
     return torch.cuda.get_device_capability()[0] >= 9
 
 
+def with_hints(kernel, hints: dict):
+    """``kernel``, or a copy compiled with ``hints`` (``ct.kernel``'s options: occupancy, num_ctas,
+    num_worker_warps): a kernel object of its own, made once per set of hints."""
+    return _hinted_copy(kernel, tuple(sorted(hints.items())))
+
+
 @functools.lru_cache(maxsize=None)
-def with_hints(kernel, hints: tuple):
-    """``kernel``, or a copy compiled with ``hints`` ((name, value) pairs of ``ct.kernel``'s options:
-    occupancy, num_ctas, num_worker_warps): a kernel object of its own, made once per set."""
+def _hinted_copy(kernel, hints: tuple):
     return kernel if not hints else ct.kernel(kernel._pyfunc, **dict(hints))
 
 
