@@ -334,7 +334,8 @@ def decode_attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, cache_len_ptr,
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_len: torch.Tensor,
                      kv_start: torch.Tensor | None, scale: float, out: torch.Tensor | None = None, *,
-                     precision: str, split_size: int | None = None) -> torch.Tensor:
+                     precision: str, split_size: int | None = None,
+                     tiles: tuple[int, int] | None = None) -> torch.Tensor:
     """Attention of one new token per row over the KV cache. Returns out (B, 1, Hq, D).
 
     q: (B, 1, Hq, D), last dim contiguous. k_cache / v_cache: (B, Hkv, Tmax, D).
@@ -344,7 +345,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     split_size: cache slots per program of the first kernel (a multiple of 16); default 256 on a GPU,
     the whole cache under the interpreter (fewer, larger programs). A cache of at most split_size
     slots (a short transcription's) is one split: one launch, no combine. precision: "tf32" or "ieee"
-    for fp32 operands. Any head size D (padded to a power of two, masked).
+    for fp32 operands. Any head size D (padded to a power of two, masked). tiles: (BLOCK_N, num_warps)
+    of the first kernel in place of (64, 4) (for glm_asr_lab/tuning/sweep_attention.py).
     """
     B, one, Hq, D = q.shape
     _, Hkv, Tmax, _ = k_cache.shape
@@ -364,6 +366,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     part_l = torch.empty_like(part_m)
     part_acc = torch.empty((B, Hq, 0 if direct else num_splits, D), dtype=torch.float32, device=q.device)
     kv_start_arg = kv_start if kv_start is not None else cache_len
+    block_n, num_warps = tiles or (min(split_size if INTERPRET else 64, split_size), 4)
     pdl = pdl_options(q.device)
     decode_attention_split_kernel[(num_splits, B * Hkv)](
         q, k_cache, v_cache, cache_len, kv_start_arg, part_m, part_l, part_acc, out,
@@ -374,8 +377,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         out.stride(0), out.stride(2),
         HAS_KV_START=kv_start is not None, HEAD_DIM=D, BLOCK_D=max(16, triton.next_power_of_2(D)),
         SPLIT=split_size, DIRECT=direct, INPUT_PRECISION=precision,
-        BLOCK_N=min(split_size if INTERPRET else 64, split_size),
-        BLOCK_G=max(16, triton.next_power_of_2(group)), num_warps=4, num_stages=2, **pdl,
+        BLOCK_N=block_n, BLOCK_G=max(16, triton.next_power_of_2(group)), num_warps=num_warps, num_stages=2, **pdl,
     )
     if not direct:
         decode_attention_combine_kernel[(B * Hq,)](

@@ -296,6 +296,24 @@ def test_decode_attention(dtype, Hq, Hkv, D, cache_len, split_size):
     assert rel_err(got, ref) < TOL[dtype]
 
 
+@pytest.mark.parametrize("split_size,tiles", [(32, (16, 4)), (16, (16, 8)), (64, (32, 4))])
+def test_decode_attention_with_the_sweeps_tiles(split_size, tiles):
+    """The (BLOCK_N, num_warps) that glm_asr_lab/tuning/sweep_attention.py tries: several key steps in a
+    split, one step a split, one split for the whole live cache, each against torch."""
+    B, Hq, Hkv, D, Tmax, cache_len = 2, 8, 2, 32, 64, 45
+    kv_start = torch.tensor([0, 5], dtype=torch.int32, device=DEV)
+    q = torch.randn(B, 1, Hq, D, device=DEV).to(torch.bfloat16)
+    k_cache, v_cache = (torch.randn(B, Hkv, Tmax, D, device=DEV).to(torch.bfloat16) for _ in range(2))
+    ref = torch_ops.attention(q.transpose(1, 2), k_cache[:, :, :cache_len], v_cache[:, :, :cache_len], D ** -0.5,
+                              kv_start=kv_start).transpose(1, 2)
+    for cache in (k_cache, v_cache):
+        cache[:, :, cache_len:] = float("nan")
+    got = decode_attention(q, k_cache, v_cache, torch.tensor([cache_len], dtype=torch.int32, device=DEV), kv_start,
+                           D ** -0.5, out=nan_like((B, 1, Hq, D), torch.bfloat16), precision=IEEE,
+                           split_size=split_size, tiles=tiles)
+    assert torch.isfinite(got).all() and rel_err(got, ref) < TOL[torch.bfloat16]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_decode_step_cuda_graph_replay():
     """rope_qkv_into_cache + decode_attention captured once, replayed with the position on the device."""

@@ -37,6 +37,7 @@
 #             that miss L2, its decode attention's split size, its linear launches under compiler hints)
 #   sweep_gemm  glm_asr_lab/tuning/sweep_linear.py's prefill and encoder GEMM tiles
 #   sweep_attention  glm_asr_lab/tuning/sweep_attention.py: Triton's flash attention tiles (encoder, prefill)
+#             and decode attention's split and tiles (about 5 min)
 #   timeline  the decode step launch by launch, both fast paths, with and without programmatic
 #             dependent launch (about 2 min)
 #   all       bench parity regret clips kernels robust detailed grade grade_cutile
@@ -303,7 +304,7 @@ for part in "${PARTS[@]}"; do
                 --sections prefill,encoder --json "$OUT_DIR/sweep_gemm.json"
             ;;
         sweep_attention)
-            step "sweep: Triton flash attention" 400 python3 -m glm_asr_lab.tuning.sweep_attention \
+            step "sweep: Triton flash and decode attention" 560 python3 -m glm_asr_lab.tuning.sweep_attention \
                 --json "$OUT_DIR/sweep_attention.json"
             ;;
     esac

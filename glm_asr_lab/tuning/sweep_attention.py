@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Time the Triton example's flash attention over a grid of tiles, at the model's real shapes.
+"""Time the Triton example's attention over a grid of tiles, at the model's real shapes.
 
-    python -m glm_asr_lab.tuning.sweep_attention [--top 5] [--json PATH]
+    python -m glm_asr_lab.tuning.sweep_attention [--sections flash,decode] [--top 5] [--json PATH]
 
-``fast_attention._flash_config`` is a hand-made table; this is how its bf16 entries are checked on a
-GPU. Shapes come from transformers' default GlmAsrConfig:
+``fast_attention._flash_config`` and decode_attention's split and tiles are hand-made; this is how
+they are checked on a GPU, in bf16. Shapes come from transformers' default GlmAsrConfig:
   encoder   non-causal over the whole 30 s window, q, k, v strided views into the fused QKV output,
             one window (a short clip: few programs, so the tiles decide how full the GPU is) and ten
             (the 5-minute clip)
   prefill   causal, GQA, keys and values read from the KV cache: the test clip's prompt and the
             5-minute clip's
+  decode    one query row per head against the cache (split size, keys a step, warps): the test
+            clip's cache (256 slots, 72 live), a longer one, and the 5-minute clip's (3,840 slots).
+            Each launch reads its own copy of the cache, as each layer of a decode step does.
 Each candidate is checked against torch's scaled_dot_product_attention before it is timed (a tile
-that computes the wrong thing is reported, not ranked). Rates are attention FLOPs (4 T_q T_k H D,
-halved when causal) per second. GPU only.
+that computes the wrong thing is reported, not ranked). Rates: attention FLOPs (4 T_q T_k H D, halved
+when causal) per second; for decode, the live cache's bytes per second. GPU only.
 """
 
 import argparse
@@ -27,7 +30,7 @@ import triton
 
 from glm_asr_course.model.checkpoint import default_config_dict
 from glm_asr_course.model.config import ModelConfig
-from glm_asr_lab.tuning.sweep_linear import graph_time_us, report
+from glm_asr_lab.tuning.sweep_linear import L2_FLUSH_BYTES, graph_time_us, report
 from glm_asr_triton_example import fast_attention
 
 GRAPH_LAUNCHES = 8  # launches per timed graph (the inputs stay in L2, as in the model)
@@ -98,8 +101,59 @@ def time_problem(problem: dict, dtype: torch.dtype) -> list[dict]:
     return rows
 
 
+def decode_caches(cfg: ModelConfig) -> list[dict]:
+    d = cfg.decoder
+    return [dict(name=f"decode cache {slots} live {live} Hq={d.num_heads} Hkv={d.num_kv_heads} D={d.head_dim}",
+                 slots=slots, live=live, Hq=d.num_heads, Hkv=d.num_kv_heads, D=d.head_dim)
+            for slots, live in ((256, 72), (1024, 600), (3840, 3778))]
+
+
+def time_decode(problem: dict, dtype: torch.dtype) -> list[dict]:
+    """Each (split size, keys a step, warps) against the launcher's default, on cache copies that
+    together exceed L2."""
+    slots, live, Hq, Hkv, D = (problem[key] for key in ("slots", "live", "Hq", "Hkv", "D"))
+    cache_bytes = 2 * Hkv * slots * D * dtype.itemsize
+    copies = max(2, -(-L2_FLUSH_BYTES // cache_bytes))
+    caches = [tuple(torch.randn(1, Hkv, slots, D, device="cuda").to(dtype) for _ in range(2)) for _ in range(copies)]
+    q = torch.randn(1, 1, Hq, D, device="cuda").to(dtype)
+    cache_len = torch.tensor([live], dtype=torch.int32, device="cuda")
+    kv_start = torch.zeros(1, dtype=torch.int32, device="cuda")
+    out = torch.empty_like(q)
+    k0, v0 = caches[0]
+    ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k0[:, :, :live], v0[:, :, :live],
+                                                           enable_gqa=True).transpose(1, 2)
+    configs = [None] + [(split, (block_n, warps)) for split, block_n, warps in
+                        itertools.product((64, 128, 256, 512, 1024), (32, 64, 128), (4, 8)) if block_n <= split]
+    rows = []
+    for config in configs:
+        split, tiles = config or (None, None)
+
+        def launch(i, split=split, tiles=tiles):
+            k_cache, v_cache = caches[i % copies]
+            fast_attention.decode_attention(q, k_cache, v_cache, cache_len, kv_start, D ** -0.5, out,
+                                            precision="tf32", split_size=split, tiles=tiles)
+
+        try:
+            out.fill_(float("nan"))
+            launch(0)
+            error = (out.float() - ref.float()).abs().max().item()
+            if not error <= 0.05:
+                print(f"  wrong {config}: max error {error:.3g}")
+                continue
+            us = graph_time_us(launch, copies)
+        except Exception as failure:  # e.g. out of resources for a large tile: skip the candidate
+            print(f"  skipped {config}: {type(failure).__name__}: {str(failure).splitlines()[0][:100]}")
+            continue
+        described = dict(split="default (256)", BLOCK_N=64, num_warps=4) if config is None else \
+            dict(split=split, BLOCK_N=tiles[0], num_warps=tiles[1])
+        rows.append(dict(kind="decode", config=described, us=us, gbps=cache_bytes * live / slots / us / 1e3,
+                         chosen=config is None))
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sections", default="flash,decode", help="comma-separated: flash (encoder and prefill), decode")
     parser.add_argument("--prompt-tokens", default="59,3765", help="comma-separated prompt lengths (prefill)")
     parser.add_argument("--top", type=int, default=5)
     parser.add_argument("--json", help="write every timing as JSON")
@@ -111,12 +165,21 @@ def main():
     cfg = ModelConfig.from_dict(default_config_dict())
     print(f"{torch.cuda.get_device_name()}, bf16")
     results = {}
-    for problem in problems(cfg, tuple(int(t) for t in args.prompt_tokens.split(","))):
-        start = time.time()
-        print(f"\n{problem['name']}: timing {len(candidates(problem['causal']))} tiles", flush=True)
-        results[problem["name"]] = rows = time_problem(problem, dtype)
-        report(problem["name"], rows, args.top, "tflops")
-        print(f"({time.time() - start:.0f} s)", flush=True)
+    sections = args.sections.split(",")
+    if "flash" in sections:
+        for problem in problems(cfg, tuple(int(t) for t in args.prompt_tokens.split(","))):
+            start = time.time()
+            print(f"\n{problem['name']}: timing {len(candidates(problem['causal']))} tiles", flush=True)
+            results[problem["name"]] = rows = time_problem(problem, dtype)
+            report(problem["name"], rows, args.top, "tflops")
+            print(f"({time.time() - start:.0f} s)", flush=True)
+    if "decode" in sections:
+        for problem in decode_caches(cfg):
+            start = time.time()
+            print(f"\n{problem['name']}", flush=True)
+            results[problem["name"]] = rows = time_decode(problem, dtype)
+            report(problem["name"], rows, args.top, "gbps")
+            print(f"({time.time() - start:.0f} s)", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(dict(device=torch.cuda.get_device_name(), dtype="bfloat16",
                                                    results=results), indent=1))
