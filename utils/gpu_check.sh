@@ -38,6 +38,8 @@
 #   sweep_gemm  glm_asr_lab/tuning/sweep_linear.py's prefill and encoder GEMM tiles
 #   sweep_attention  glm_asr_lab/tuning/sweep_attention.py: Triton's flash attention tiles (encoder, prefill)
 #             and decode attention's split and tiles (about 5 min)
+#   ab_hints  glm_asr_lab/tuning/ab_hints.py: cuTile's candidate compiler hints on whole transcriptions (the
+#             test clip and the 5-minute clip, arms in A B B A order, ids held to the table's)
 #   timeline  the decode step launch by launch, both fast paths, with and without programmatic
 #             dependent launch (about 2 min)
 #   all       bench parity regret clips kernels robust detailed grade grade_cutile
@@ -54,8 +56,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR=$2; shift 2 ;;
         all) PARTS+=(bench parity regret clips kernels robust detailed grade grade_cutile); shift ;;
-        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|timeline|tune|sweep|sweep_gemm|sweep_attention) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath timeline tune sweep sweep_gemm sweep_attention all" >&2
+        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|timeline|tune|sweep|sweep_gemm|sweep_attention|ab_hints) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath timeline tune sweep sweep_gemm sweep_attention ab_hints all" >&2
            exit 2 ;;
     esac
 done
@@ -302,6 +304,12 @@ for part in "${PARTS[@]}"; do
         sweep_gemm)
             step "sweep: Triton prefill and encoder GEMMs" 560 python3 -m glm_asr_lab.tuning.sweep_linear \
                 --sections prefill,encoder --json "$OUT_DIR/sweep_gemm.json"
+            ;;
+        ab_hints)
+            if has_cutile; then
+                step "A/B: cuTile's candidate hints" 560 python3 -m glm_asr_lab.tuning.ab_hints \
+                    --jsonl "$OUT_DIR/ab_hints.jsonl"
+            fi
             ;;
         sweep_attention)
             step "sweep: Triton flash and decode attention" 560 python3 -m glm_asr_lab.tuning.sweep_attention \

@@ -68,13 +68,14 @@ def parse_timings(text: str) -> list[tuple[str, str]]:
 
 
 class Results:
-    """Result rows: each printed, and appended to the JSON-lines file as soon as it exists."""
+    """Result rows: each printed, kept in rows, and appended to the JSON-lines file as soon as it exists."""
 
     def __init__(self, path: str | None):
-        self.path, self.failed = path, []
+        self.path, self.failed, self.rows = path, [], []
 
     def add(self, row: dict, line: str):
         print(line, flush=True)
+        self.rows.append(row)
         if self.path:
             with open(self.path, "a") as f:
                 f.write(json.dumps(row) + "\n")

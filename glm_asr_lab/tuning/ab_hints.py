@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""A/B of the cuTile fast path's compiler hints on whole transcriptions (utils/gpu_check.sh ab_hints).
+
+    python -m glm_asr_lab.tuning.ab_hints [--arms NAME,...] [--clips NAME,...] [--rounds 2] [--warmup 1] [--runs 3]
+                                          [--tokens 13] [--jsonl PATH] [--config DIR] [--device cuda]
+
+sweep_cutile_fast.py times one launch under each hint; a hint that wins there can still lose in the
+transcription (2026-11-26: fc1 at occupancy 2 was faster alone and made the H200's prompt graph slower).
+This runs the transcription itself. Each arm adds entries to this GPU's row of
+fast_linear.KERNEL_HINTS_BY_GPU for its runs ("table" adds none; "a+b" adds a's and b's); every arm
+loads a fresh model on the same weights, so its graphs are captured with its kernels. Rounds run the
+arms forwards, then backwards (A B B A), so a drift of the machine's speed falls on every arm alike.
+
+Per (clip, arm): the median of every timed run over the rounds, its change against "table", and
+whether its token ids equal the table's (a hint changes how a kernel is compiled, never what it
+computes). Full-size random weights (checkpoint.random_weights, bf16), the clips of glm_asr_lab/gpu/clips.py.
+Exit 1 when an arm's ids differ or a run fails, 2 for an unknown arm or clip.
+"""
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from glm_asr_course.command_line import release
+from glm_asr_course.model.audio import load_audio
+from glm_asr_course.model.checkpoint import default_config_dict, random_weights
+from glm_asr_course.model.config import ModelConfig
+from glm_asr_course.model.frontend import prepare_inputs
+from glm_asr_course.model.precision import PRECISIONS
+from glm_asr_course.runtimes import gpu_name
+from glm_asr_course.tracks import use_device
+from glm_asr_lab.gpu.clips import write_clips
+from glm_asr_lab.gpu.fastpath import Results, time_track
+
+TRACK = "glm_asr_cutile_example:fast"
+# The sweep's winners not yet in KERNEL_HINTS_BY_GPU, by arm name: entries for this GPU's row. Figures: one
+# H100, docs/performance.md, 2026-11-27 (b), call 7. A candidate that wins here and passes gpu_check.sh
+# parity regret moves into the table, with its figures, and leaves this list.
+CANDIDATES = {
+    # the encoder's flash attention: 54.9 -> 44.4 us over one window, 495.9 -> 370.9 over ten
+    "flash-occ2": {("flash", (128, 128, 64)): ((1, {"occupancy": 2}),)},
+    # the 5-minute prompt's gate|up GEMM: 383 us with the table's two-CTA clusters, 294 with 8 worker warps
+    "gateup-ww8": {("gated gemm", (128, 128, 64)): ((1, {"num_worker_warps": 8}),)},
+    # the 128 x 128 GEMMs from two windows on at occupancy 2, not 4: ten windows' q|k|v 288 against 303-330 us,
+    # but fc2 477 against 446
+    "gemm128-occ2": {("gemm", (128, 128, 64)): ((3000, {"occupancy": 2}),)},
+}
+DEFAULT_ARMS = "table,flash-occ2,gateup-ww8,gemm128-occ2,flash-occ2+gateup-ww8"
+DEFAULT_CLIPS = "test clip 3.5 s,5 min"
+
+
+def arm_entries(arm: str) -> dict:
+    """The table entries arm "a+b+..." adds ("table": none)."""
+    entries = {}
+    for name in arm.split("+"):
+        if name != "table":
+            entries |= CANDIDATES[name]
+    return entries
+
+
+@contextlib.contextmanager
+def hints_added(gpu: str, entries: dict):
+    """KERNEL_HINTS_BY_GPU[gpu] with ``entries`` added (replacing the same keys) inside; restored after."""
+    from glm_asr_cutile_example import fast_linear
+
+    table = fast_linear.KERNEL_HINTS_BY_GPU
+    had_row, row = gpu in table, table.get(gpu, {})
+    table[gpu] = {**row, **entries}
+    try:
+        yield
+    finally:
+        if had_row:
+            table[gpu] = row
+        else:
+            del table[gpu]
+
+
+def verdicts(rows: list[dict]) -> list[dict]:
+    """Per (clip, arm): the median over its rounds' runs, its change against "table", ids equal to the table's."""
+    out = []
+    for clip in dict.fromkeys(r["clip"] for r in rows):
+        runs = {}
+        for r in rows:
+            if r["clip"] == clip and "runs_ms" in r:
+                runs.setdefault(r["arm"], []).append(r)
+        if "table" not in runs:
+            continue
+        base_ms = statistics.median(ms for r in runs["table"] for ms in r["runs_ms"])
+        base_ids = runs["table"][0]["ids"]
+        for arm, arm_rows in runs.items():
+            ms = statistics.median(t for r in arm_rows for t in r["runs_ms"])
+            out.append({"clip": clip, "arm": arm, "median_ms": ms, "change": ms / base_ms - 1,
+                        "ids_equal": all(r["ids"] == base_ids for r in arm_rows)})
+    return out
+
+
+@torch.no_grad()
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arms", default=DEFAULT_ARMS,
+                        help=f"comma-separated; 'table' and CANDIDATES' names ({', '.join(CANDIDATES)}), joined by '+'")
+    parser.add_argument("--clips", default=DEFAULT_CLIPS, help="comma-separated names of glm_asr_lab/gpu/clips.py's clips")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=13)
+    parser.add_argument("--jsonl", help="append one JSON line per result")
+    parser.add_argument("--config", metavar="DIR", help="take sizes from DIR/config.json (smoke tests)")
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args(argv)
+    arms = args.arms.split(",")
+    if unknown := {name for arm in arms for name in arm.split("+")} - set(CANDIDATES) - {"table"}:
+        print(f"--arms: unknown {', '.join(sorted(unknown))}; choose from table, {', '.join(CANDIDATES)}",
+              file=sys.stderr)
+        return 2
+    if "table" not in arms:
+        arms.insert(0, "table")
+
+    use_device(args.device)  # on a CPU: the cuTile emulator, chosen before it loads
+    raw = json.loads((Path(args.config) / "config.json").read_text()) if args.config else default_config_dict()
+    cfg = ModelConfig.from_dict(raw)
+    bf16 = PRECISIONS["bf16"]
+    weights = {k: v.to(bf16.dtype) for k, v in random_weights(cfg, torch.float32, seed=0, device=args.device).items()}
+    gpu = gpu_name(args.device)
+    results = Results(args.jsonl)
+    with tempfile.TemporaryDirectory() as folder:
+        clips = write_clips(Path(folder))
+        if unknown := set(args.clips.split(",")) - set(clips):
+            print(f"--clips: unknown {', '.join(sorted(unknown))}; choose from {', '.join(clips)}", file=sys.stderr)
+            return 2
+        for clip in args.clips.split(","):
+            inputs = prepare_inputs([load_audio(clips[clip])], cfg, None)
+            for round_index in range(args.rounds):
+                for arm in arms if round_index % 2 == 0 else arms[::-1]:
+                    row = {"kind": "ab_hints", "clip": clip, "arm": arm, "round": round_index, "gpu": gpu}
+                    try:
+                        with hints_added(gpu, arm_entries(arm)):
+                            row |= time_track(TRACK, bf16, cfg, lambda dtype: weights, inputs, args.device,
+                                              args.tokens, args.warmup, args.runs)
+                        results.add(row, f"{clip:16s} round {round_index} {arm:28s} {row['mean_ms']:8.2f} ms "
+                                    f"(runs {', '.join(f'{ms:.2f}' for ms in row['runs_ms'])})")
+                    except Exception as error:
+                        results.failure(row, f"{clip} / {arm}", error)
+                    release(args.device)
+    table = verdicts(results.rows)
+    print(f"\n{'clip':16s} {'arm':28s} {'median ms':>10s} {'change':>8s}  ids equal to the table's")
+    for v in table:
+        print(f"{v['clip']:16s} {v['arm']:28s} {v['median_ms']:10.2f} {100 * v['change']:+7.1f}%  {v['ids_equal']}")
+    different = [f"{v['clip']} / {v['arm']}" for v in table if not v["ids_equal"]]
+    if different:
+        print(f"FAIL: ids differ from the table's: {', '.join(different)}")
+    return 1 if different or results.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

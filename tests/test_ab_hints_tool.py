@@ -1,0 +1,72 @@
+"""glm_asr_lab/tuning/ab_hints.py on a CPU: the hint table an arm runs under, the arms' order, the verdicts, and
+one whole A/B at a tiny checkpoint's size in the cuTile emulator."""
+
+import json
+
+import torch
+
+from glm_asr_course.model.config import ModelConfig
+from glm_asr_cutile_example import fast_attention, fast_linear
+from glm_asr_lab.tuning import ab_hints
+
+
+def test_hints_added_inside_and_the_table_restored_after():
+    entry = {("gemm", (1, 2, 3)): ((1, {"occupancy": 2}),)}
+    before = {gpu: dict(row) for gpu, row in fast_linear.KERNEL_HINTS_BY_GPU.items()}
+    gpu = next(iter(before))
+    with ab_hints.hints_added(gpu, entry):
+        assert fast_linear.KERNEL_HINTS_BY_GPU[gpu] == before[gpu] | entry
+    with ab_hints.hints_added("made-up GPU", entry):
+        assert fast_linear.KERNEL_HINTS_BY_GPU["made-up GPU"] == entry
+    assert fast_linear.KERNEL_HINTS_BY_GPU == before
+    assert ab_hints.arm_entries("table") == {}
+    assert ab_hints.arm_entries("flash-occ2+gateup-ww8") == ab_hints.CANDIDATES["flash-occ2"] | \
+        ab_hints.CANDIDATES["gateup-ww8"]
+
+
+def test_verdicts_take_medians_over_rounds_and_flag_other_ids():
+    rows = [dict(clip="c", arm="table", runs_ms=[10.0, 12.0], ids=[1, 2]),
+            dict(clip="c", arm="fast", runs_ms=[8.0, 9.0], ids=[1, 2]),
+            dict(clip="c", arm="fast", runs_ms=[9.5, 30.0], ids=[1, 2]),
+            dict(clip="c", arm="table", runs_ms=[11.0, 13.0], ids=[1, 2]),
+            dict(clip="c", arm="wrong", runs_ms=[5.0], ids=[1, 3]),
+            dict(clip="c", arm="failed", error="Traceback ...")]
+    table = {v["arm"]: v for v in ab_hints.verdicts(rows)}
+    assert set(table) == {"table", "fast", "wrong"}
+    assert table["table"]["median_ms"] == 11.5 and table["table"]["change"] == 0
+    assert table["fast"]["median_ms"] == 9.25 and abs(table["fast"]["change"] - (9.25 / 11.5 - 1)) < 1e-12
+    assert table["fast"]["ids_equal"] and not table["wrong"]["ids_equal"]
+
+
+def test_unknown_arm_is_one_line_and_exit_2(capsys):
+    assert ab_hints.main(["--arms", "table,nonsense", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown nonsense" in err
+
+
+def test_an_ab_at_tiny_size_runs_its_arm_under_its_hints(tiny_ckpt, tmp_path, monkeypatch):
+    """Rounds run A B, then B A, each on a fresh model; the arm's flash attention launches carry its
+    hint (an arm made for the emulator's tiles), the table's do not, and the ids agree."""
+    launched = []
+    real_launch = fast_attention.launch
+
+    def record(grid, kernel, *args, **options):
+        if getattr(kernel, "_pyfunc", None) is fast_attention.flash_attention_kernel._pyfunc:
+            launched.append(kernel.compiler_options)
+        return real_launch(grid, kernel, *args, **options)
+
+    monkeypatch.setattr(fast_attention, "launch", record)
+    encoder = ModelConfig.from_dict(json.loads((tiny_ckpt / "config.json").read_text())).encoder
+    frames = encoder.max_positions
+    tiles = fast_attention._flash_tiles(frames, frames, encoder.head_dim, torch.bfloat16)
+    monkeypatch.setitem(ab_hints.CANDIDATES, "emulated", {("flash", tiles): ((1, {"occupancy": 2}),)})
+    jsonl = tmp_path / "ab.jsonl"
+    code = ab_hints.main(["--device", "cpu", "--config", str(tiny_ckpt), "--tokens", "3", "--warmup", "0",
+                          "--runs", "1", "--rounds", "2", "--clips", "test clip 3.5 s", "--arms", "table,emulated",
+                          "--jsonl", str(jsonl)])
+    assert code == 0
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["arm"] for r in rows] == ["table", "emulated", "emulated", "table"]
+    assert all(len(r["ids"]) == 3 and r["ids"] == rows[0]["ids"] for r in rows)
+    assert {"occupancy": 2} in launched and {} in launched
+    assert fast_linear.KERNEL_HINTS_BY_GPU.get("") is None
