@@ -9,6 +9,8 @@ from glm_asr_course.model.config import ModelConfig
 from glm_asr_cutile_example import fast_attention, fast_linear
 from glm_asr_lab.tuning import ab_hints
 
+from cutile_launches import record_launches
+
 
 def test_hints_added_inside_and_the_table_restored_after():
     entry = {("gemm", (1, 2, 3)): ((1, {"occupancy": 2}),)}
@@ -47,15 +49,7 @@ def test_unknown_arm_is_one_line_and_exit_2(capsys):
 def test_an_ab_at_tiny_size_runs_its_arm_under_its_hints(tiny_ckpt, tmp_path, monkeypatch):
     """Rounds run A B, then B A, each on a fresh model; the arm's flash attention launches carry its
     hint (an arm made for the emulator's tiles), the table's do not, and the ids agree."""
-    launched = []
-    real_launch = fast_attention.launch
-
-    def record(grid, kernel, *args, **options):
-        if getattr(kernel, "_pyfunc", None) is fast_attention.flash_attention_kernel._pyfunc:
-            launched.append(kernel.compiler_options)
-        return real_launch(grid, kernel, *args, **options)
-
-    monkeypatch.setattr(fast_attention, "launch", record)
+    launched = record_launches(monkeypatch, fast_attention)
     encoder = ModelConfig.from_dict(json.loads((tiny_ckpt / "config.json").read_text())).encoder
     frames = encoder.max_positions
     tiles = fast_attention._flash_tiles(frames, frames, encoder.head_dim, torch.bfloat16)
@@ -68,5 +62,7 @@ def test_an_ab_at_tiny_size_runs_its_arm_under_its_hints(tiny_ckpt, tmp_path, mo
     rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert [r["arm"] for r in rows] == ["table", "emulated", "emulated", "table"]
     assert all(len(r["ids"]) == 3 and r["ids"] == rows[0]["ids"] for r in rows)
-    assert {"occupancy": 2} in launched and {} in launched
+    flash_hints = [k.compiler_options for k in launched
+                   if getattr(k, "_pyfunc", None) is fast_attention.flash_attention_kernel._pyfunc]
+    assert {"occupancy": 2} in flash_hints and {} in flash_hints
     assert fast_linear.KERNEL_HINTS_BY_GPU.get("") is None

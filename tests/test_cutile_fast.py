@@ -25,6 +25,8 @@ from glm_asr_cutile_example import fast_attention, fast_head, fast_linear, fast_
 from glm_asr_cutile_example.layers import rmsnorm
 from glm_asr_lab.cutile_compile_check import REPO, toolchain_missing
 
+from cutile_launches import record_launches
+
 # Its sm_90 compile test compiles what this file launched, whatever ran before it (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("own_cutile_launch_record")
 
@@ -109,14 +111,7 @@ def test_gated_gemv_takes_the_gpus_occupancy_hint(monkeypatch):
     """The decode gate|up GEMV runs a copy of gemv_kernel compiled with the GPU's hints
     (KERNEL_HINTS_BY_GPU; here a made-up GPU's), and computes what the plain kernel does; the other
     GEMVs and unlisted GPUs keep gemv_kernel."""
-    launched = []
-    real_launch = fast_linear.launch
-
-    def record(grid, kernel, *args, **options):
-        launched.append(kernel)
-        return real_launch(grid, kernel, *args, **options)
-
-    monkeypatch.setattr(fast_linear, "launch", record)
+    launched = record_launches(monkeypatch, fast_linear)
     H, F, eps = 40, 24, 1e-5
     x, norm_w = rand(1, H, dtype=torch.bfloat16, scale=3.0), rand(H, dtype=torch.bfloat16, seed=2)
     w_gu, w_down = rand(2 * F, H, dtype=torch.bfloat16, scale=H ** -0.5), rand(H, F, dtype=torch.bfloat16, scale=F ** -0.5)
@@ -158,14 +153,7 @@ def test_flash_attention_takes_the_gpus_hint_from_its_rows(monkeypatch):
     """Flash attention looks up KERNEL_HINTS_BY_GPU's "flash" entry at its tiles, by B * Tq rows (here a
     made-up GPU's): from min_rows on it runs a copy of its kernel compiled with the hint, and computes
     what the plain kernel does; below, the plain kernel."""
-    launched = []
-    real_launch = fast_attention.launch
-
-    def record(grid, kernel, *args, **options):
-        launched.append(kernel)
-        return real_launch(grid, kernel, *args, **options)
-
-    monkeypatch.setattr(fast_attention, "launch", record)
+    launched = record_launches(monkeypatch, fast_attention)
     monkeypatch.setattr(fast_attention, "gpu_name", lambda device: "test GPU")
     B, H, T, D = 2, 2, 24, 16
     q, k, v = (rand(B, H, T, D, dtype=torch.bfloat16, seed=seed) for seed in (1, 2, 3))

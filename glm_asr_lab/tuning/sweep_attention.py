@@ -21,7 +21,6 @@ when causal) per second; for decode, the live cache's bytes per second. GPU only
 import argparse
 import itertools
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -30,7 +29,8 @@ import triton
 
 from glm_asr_course.model.checkpoint import default_config_dict
 from glm_asr_course.model.config import ModelConfig
-from glm_asr_lab.tuning.sweep_linear import L2_FLUSH_BYTES, graph_time_us, report
+from glm_asr_lab.tuning.sweep_linear import (L2_FLUSH_BYTES, add_report_arguments, graph_time_us, report,
+                                             require_gpu)
 from glm_asr_triton_example import fast_attention
 
 GRAPH_LAUNCHES = 8  # launches per timed graph (the inputs stay in L2, as in the model)
@@ -72,6 +72,22 @@ def inputs(problem: dict, dtype: torch.dtype):
     return q, k_cache, v_cache, "bhtd", kv_start, ref.transpose(1, 2)
 
 
+def checked_us(launch, out: torch.Tensor, ref: torch.Tensor, label, launches: int) -> float | None:
+    """µs a launch, or None (said in one line) when the candidate computes the wrong thing or cannot run.
+    out is filled with NaN first: rows a candidate leaves unwritten show, and NaN fails the test."""
+    try:
+        out.fill_(float("nan"))
+        launch(0)
+        error = (out.float() - ref.float()).abs().max().item()
+        if not error <= 0.05:
+            print(f"  wrong {label}: max error {error:.3g}")
+            return None
+        return graph_time_us(launch, launches)
+    except Exception as failure:  # e.g. out of shared memory for a large tile: skip the candidate
+        print(f"  skipped {label}: {type(failure).__name__}: {str(failure).splitlines()[0][:100]}")
+        return None
+
+
 def time_problem(problem: dict, dtype: torch.dtype) -> list[dict]:
     q, k, v, layout, kv_start, ref = inputs(problem, dtype)
     out = torch.empty_like(ref, memory_format=torch.contiguous_format)
@@ -84,16 +100,8 @@ def time_problem(problem: dict, dtype: torch.dtype) -> list[dict]:
             fast_attention.flash_attention(q, k, v, scale, causal=problem["causal"], precision="tf32",
                                            kv_layout=layout, kv_start=kv_start, out=out, tiles=tiles)
 
-        try:
-            out.fill_(float("nan"))  # rows a tile leaves unwritten show, and NaN fails the test below
-            launch(0)
-            error = (out.float() - ref.float()).abs().max().item()
-            if not error <= 0.05:
-                print(f"  wrong {tiles}: max error {error:.3g}")
-                continue
-            us = graph_time_us(launch, GRAPH_LAUNCHES)
-        except Exception as failure:  # e.g. out of shared memory for a large tile: skip the candidate
-            print(f"  skipped {tiles}: {type(failure).__name__}: {str(failure).splitlines()[0][:100]}")
+        us = checked_us(launch, out, ref, tiles, GRAPH_LAUNCHES)
+        if us is None:
             continue
         rows.append(dict(kind="flash", config=dict(BLOCK_M=tiles[0], BLOCK_N=tiles[1], num_warps=tiles[2],
                                                    num_stages=tiles[3]),
@@ -133,16 +141,8 @@ def time_decode(problem: dict, dtype: torch.dtype) -> list[dict]:
             fast_attention.decode_attention(q, k_cache, v_cache, cache_len, kv_start, D ** -0.5, out,
                                             precision="tf32", split_size=split, tiles=tiles)
 
-        try:
-            out.fill_(float("nan"))
-            launch(0)
-            error = (out.float() - ref.float()).abs().max().item()
-            if not error <= 0.05:
-                print(f"  wrong {config}: max error {error:.3g}")
-                continue
-            us = graph_time_us(launch, copies)
-        except Exception as failure:  # e.g. out of resources for a large tile: skip the candidate
-            print(f"  skipped {config}: {type(failure).__name__}: {str(failure).splitlines()[0][:100]}")
+        us = checked_us(launch, out, ref, config, copies)
+        if us is None:
             continue
         described = dict(split="default (256)", BLOCK_N=64, num_warps=4) if config is None else \
             dict(split=split, BLOCK_N=tiles[0], num_warps=tiles[1])
@@ -155,12 +155,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sections", default="flash,decode", help="comma-separated: flash (encoder and prefill), decode")
     parser.add_argument("--prompt-tokens", default="59,3765", help="comma-separated prompt lengths (prefill)")
-    parser.add_argument("--top", type=int, default=5)
-    parser.add_argument("--json", help="write every timing as JSON")
+    add_report_arguments(parser)
     args = parser.parse_args()
-    if not torch.cuda.is_available() or fast_attention.INTERPRET:
-        sys.exit("sweep_attention.py times GPU kernels: it needs CUDA (and TRITON_INTERPRET unset)")
-    torch.manual_seed(0)
+    require_gpu("sweep_attention.py", fast_attention.INTERPRET)
     dtype = torch.bfloat16
     cfg = ModelConfig.from_dict(default_config_dict())
     print(f"{torch.cuda.get_device_name()}, bf16")

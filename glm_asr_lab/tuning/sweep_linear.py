@@ -34,6 +34,19 @@ from glm_asr_triton_example import fast_linear  # noqa: E402
 L2_FLUSH_BYTES = 512 << 20  # the weight copies of one timing cover this much (L2: 50-60 MiB)
 
 
+def add_report_arguments(parser: argparse.ArgumentParser):
+    """--top and --json, which every Triton sweep takes."""
+    parser.add_argument("--top", type=int, default=5)
+    parser.add_argument("--json", help="write every timing as JSON")
+
+
+def require_gpu(tool: str, interpreted: bool):
+    """Exit with one line unless kernels run on a GPU; then seed torch (the same inputs every run)."""
+    if not torch.cuda.is_available() or interpreted:
+        sys.exit(f"{tool} times GPU kernels: it needs CUDA (and TRITON_INTERPRET unset)")
+    torch.manual_seed(0)
+
+
 def graph_time_us(launch, copies: int, repeats: int = 5) -> float:
     """Median time of one launch, from a CUDA graph of `copies` launches (launch(i) uses copy i)."""
     def every_copy():
@@ -206,12 +219,9 @@ def main():
     parser.add_argument("--decode-kinds", default="gemv",
                         help="comma-separated kernels tried for one row: gemv, gemm (16-row tensor-core tile), tma")
     parser.add_argument("--prefill-rows", type=int, default=59, help="prompt length of the prefill GEMMs")
-    parser.add_argument("--top", type=int, default=5)
-    parser.add_argument("--json", help="write every timing as JSON")
+    add_report_arguments(parser)
     args = parser.parse_args()
-    if not torch.cuda.is_available() or fast_linear.INTERPRET:
-        sys.exit("sweep_linear.py times GPU kernels: it needs CUDA (and TRITON_INTERPRET unset)")
-    torch.manual_seed(0)
+    require_gpu("sweep_linear.py", fast_linear.INTERPRET)
     dtype = getattr(torch, args.dtype)
     cfg = ModelConfig.from_dict(default_config_dict())
     sms = fast_linear._sm_count(torch.device("cuda"))
