@@ -34,6 +34,7 @@ from glm_asr_lab.tuning.sweep_linear import (L2_FLUSH_BYTES, add_report_argument
 from glm_asr_triton_example import fast_attention
 
 GRAPH_LAUNCHES = 8  # launches per timed graph (the inputs stay in L2, as in the model)
+MAX_RELATIVE_ERROR = 3e-2  # bf16 rounds to 0.4 %; a wrong tile misses by far more
 
 
 def problems(cfg: ModelConfig, prompt_tokens: tuple[int, ...]) -> list[dict]:
@@ -74,12 +75,14 @@ def inputs(problem: dict, dtype: torch.dtype):
 
 def checked_us(launch, out: torch.Tensor, ref: torch.Tensor, label, launches: int) -> float | None:
     """µs a launch, or None (said in one line) when the candidate computes the wrong thing or cannot run.
-    out is filled with NaN first: rows a candidate leaves unwritten show, and NaN fails the test."""
+    The error is relative to the reference's largest value: attention outputs average many value rows,
+    so they are small, and an absolute bar would pass a candidate that drops keys. out is filled with
+    NaN first: rows a candidate leaves unwritten show, and NaN fails the test."""
     try:
         out.fill_(float("nan"))
         launch(0)
-        error = (out.float() - ref.float()).abs().max().item()
-        if not error <= 0.05:
+        error = ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+        if not error <= MAX_RELATIVE_ERROR:
             print(f"  wrong {label}: max error {error:.3g}")
             return None
         return graph_time_us(launch, launches)
