@@ -39,3 +39,27 @@ def test_a_candidate_is_timed_only_when_it_computes_the_reference(monkeypatch, c
     printed = capsys.readouterr().out.splitlines()
     assert [line.split()[:2] for line in printed] == [["wrong", "leaves_a_row:"], ["wrong", "drops_a_block:"],
                                                       ["skipped", "fails:"]]
+
+
+def test_the_error_is_judged_row_by_row(monkeypatch, capsys):
+    """Causal prefill: row 0 attends to one value row (about 3), late rows average hundreds (about 0.1). A
+    candidate that hides the diagonal key from the last rows is 1 % off against the largest value but 22 %
+    off in its own rows: judged row by row, it is wrong."""
+    monkeypatch.setattr(sweep_attention, "graph_time_us", lambda launch, launches: 7.0)
+    torch.manual_seed(0)
+    T = 1024
+    q, k, v = (torch.randn(1, 2, T, 64) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).to(torch.bfloat16)
+    rows, keys = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    visible = (keys <= rows) & ~((rows >= 900) & (keys == rows))
+    out = torch.empty_like(ref)
+
+    def hides_the_diagonal_late(_):
+        out.copy_(torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=visible))
+
+    def right(_):
+        out.copy_(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+    assert sweep_attention.checked_us(hides_the_diagonal_late, out, ref, "late diagonal", 1) is None
+    assert sweep_attention.checked_us(right, out, ref, "right", 1) == 7.0
+    assert capsys.readouterr().out.startswith("  wrong late diagonal:")

@@ -41,7 +41,8 @@ from glm_asr_lab.gpu.fastpath import Results, time_track
 TRACK = "glm_asr_cutile_example:fast"
 # The sweep's winners not yet in KERNEL_HINTS_BY_GPU, by arm name: entries for this GPU's row. Figures: one
 # H100, docs/performance.md, 2026-11-27 (b), call 7. A candidate that wins here and passes gpu_check.sh
-# parity regret moves into the table, with its figures, and leaves this list.
+# parity regret moves into the table, with its figures, and leaves this list. On the test clip (one window,
+# a 59-token prompt) only flash-occ2 reaches a launch: there the other arms measure the noise.
 CANDIDATES = {
     # the encoder's flash attention: 54.9 -> 44.4 us over one window, 495.9 -> 370.9 over ten
     "flash-occ2": {("flash", (128, 128, 64)): ((1, {"occupancy": 2}),)},
@@ -123,17 +124,18 @@ def main(argv=None) -> int:
         arms.insert(0, "table")
 
     use_device(args.device)  # on a CPU: the cuTile emulator, chosen before it loads
-    raw = json.loads((Path(args.config) / "config.json").read_text()) if args.config else default_config_dict()
-    cfg = ModelConfig.from_dict(raw)
-    bf16 = PRECISIONS["bf16"]
-    weights = {k: v.to(bf16.dtype) for k, v in random_weights(cfg, torch.float32, seed=0, device=args.device).items()}
-    gpu = gpu_name(args.device)
-    results = Results(args.jsonl)
     with tempfile.TemporaryDirectory() as folder:
         clips = write_clips(Path(folder))
         if unknown := set(args.clips.split(",")) - set(clips):
             print(f"--clips: unknown {', '.join(sorted(unknown))}; choose from {', '.join(clips)}", file=sys.stderr)
             return 2
+        raw = json.loads((Path(args.config) / "config.json").read_text()) if args.config else default_config_dict()
+        cfg = ModelConfig.from_dict(raw)
+        bf16 = PRECISIONS["bf16"]
+        weights = {k: v.to(bf16.dtype)
+                   for k, v in random_weights(cfg, torch.float32, seed=0, device=args.device).items()}
+        gpu = gpu_name(args.device)
+        results = Results(args.jsonl)
         for clip in args.clips.split(","):
             inputs = prepare_inputs([load_audio(clips[clip])], cfg, None)
             for round_index in range(args.rounds):
