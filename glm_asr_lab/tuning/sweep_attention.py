@@ -166,31 +166,23 @@ def main():
     dtype = torch.bfloat16
     cfg = ModelConfig.from_dict(default_config_dict())
     print(f"{torch.cuda.get_device_name()}, bf16")
+    sections = args.sections.split(",")
+    jobs = []
+    if "flash" in sections:
+        jobs += [(problem, time_problem, "tflops")
+                 for problem in problems(cfg, tuple(int(t) for t in args.prompt_tokens.split(",")))]
+    if "decode" in sections:
+        jobs += [(problem, time_decode, "gbps") for problem in decode_caches(cfg)]
     results = {}
-
-    def save():
-        """Everything so far: a step stopped by its time limit keeps the problems it finished."""
-        if args.json:
+    for problem, time_candidates, rate in jobs:
+        start = time.time()
+        print(f"\n{problem['name']}", flush=True)
+        results[problem["name"]] = rows = time_candidates(problem, dtype)
+        report(problem["name"], rows, args.top, rate)
+        if args.json:  # after every problem: a step stopped by its time limit keeps what it finished
             Path(args.json).write_text(json.dumps(dict(device=torch.cuda.get_device_name(), dtype="bfloat16",
                                                        results=results), indent=1))
-
-    sections = args.sections.split(",")
-    if "flash" in sections:
-        for problem in problems(cfg, tuple(int(t) for t in args.prompt_tokens.split(","))):
-            start = time.time()
-            print(f"\n{problem['name']}: timing {len(candidates(problem['causal']))} tiles", flush=True)
-            results[problem["name"]] = rows = time_problem(problem, dtype)
-            report(problem["name"], rows, args.top, "tflops")
-            save()
-            print(f"({time.time() - start:.0f} s)", flush=True)
-    if "decode" in sections:
-        for problem in decode_caches(cfg):
-            start = time.time()
-            print(f"\n{problem['name']}", flush=True)
-            results[problem["name"]] = rows = time_decode(problem, dtype)
-            report(problem["name"], rows, args.top, "gbps")
-            save()
-            print(f"({time.time() - start:.0f} s)", flush=True)
+        print(f"({time.time() - start:.0f} s)", flush=True)
 
 
 if __name__ == "__main__":
