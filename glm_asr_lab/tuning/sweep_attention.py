@@ -29,8 +29,7 @@ import triton
 
 from glm_asr_course.model.checkpoint import default_config_dict
 from glm_asr_course.model.config import ModelConfig
-from glm_asr_lab.tuning.sweep_linear import (L2_FLUSH_BYTES, add_report_arguments, graph_time_us, report,
-                                             require_gpu)
+from glm_asr_lab.tuning.sweep_linear import add_report_arguments, flush_copies, graph_time_us, report, require_gpu
 from glm_asr_triton_example import fast_attention
 
 GRAPH_LAUNCHES = 8  # launches per timed graph (the inputs stay in L2, as in the model)
@@ -126,7 +125,7 @@ def time_decode(problem: dict, dtype: torch.dtype) -> list[dict]:
     together exceed L2."""
     slots, live, Hq, Hkv, D = (problem[key] for key in ("slots", "live", "Hq", "Hkv", "D"))
     cache_bytes = 2 * Hkv * slots * D * dtype.itemsize
-    copies = max(2, -(-L2_FLUSH_BYTES // cache_bytes))
+    copies = flush_copies(cache_bytes)
     caches = [tuple(torch.randn(1, Hkv, slots, D, device="cuda").to(dtype) for _ in range(2)) for _ in range(copies)]
     q = torch.randn(1, 1, Hq, D, device="cuda").to(dtype)
     cache_len = torch.tensor([live], dtype=torch.int32, device="cuda")

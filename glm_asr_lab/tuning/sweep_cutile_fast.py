@@ -135,18 +135,20 @@ def main(argv=None) -> int:
             out = torch.empty(M, N // 2 if how.get("gated") else N, device=dev, dtype=dtype)
             turn = itertools.count()
 
-            def once(hints, x=x, weight=weights[0], out=out, how=how):
+            # report() runs the candidates before the next problem: these closures see this one's operands.
+            def run(weight, hints):
+                return fast_linear._launch(x, weight, None, out, precision="tf32", hints=hints, **how)
+
+            def once(hints):
                 """One launch on the first weight into a zeroed output (an accumulating launch adds to it)."""
                 out.zero_()
-                return fast_linear._launch(x, weight, None, out, precision="tf32", hints=hints, **how).clone()
+                return run(weights[0], hints).clone()
 
             # A hint changes how the kernel is compiled, not what it computes: each candidate is held to
             # the compiler's defaults, which the self-checks hold to torch.
             plain = once({})
-            cands = [(hints or "defaults", lambda h=hints, copies=copies, weights=weights, x=x, out=out, how=how:
-                      fast_linear._launch(x, weights[next(turn) % copies], None, out, precision="tf32", hints=h,
-                                          **how),
-                      lambda _, h=hints, once=once, plain=plain: rel(once(h), plain))
+            cands = [(hints or "defaults", lambda h=hints: run(weights[next(turn) % copies], h),
+                      lambda _, h=hints: rel(once(h), plain))
                      for hints in HINT_SETS]
             work, unit = (N * K * e, "GB/s") if M == 1 else (2 * M * N * K / 1e3, "TFLOP/s")
             print(f"{name}: the table's tiles {fast_linear.linear_tiles(M, N, K, dtype, how.get('gelu', False))[1]}")

@@ -56,10 +56,14 @@ def graph_time_us(launch, copies: int, repeats: int = 5) -> float:
     return statistics.median(time_repeats(every_copy, "cuda", warmup=1, repeats=repeats, graph=True)) * 1000 / copies
 
 
+def flush_copies(nbytes: int) -> int:
+    """How many copies of an operand of nbytes cover L2_FLUSH_BYTES (at least 2)."""
+    return max(2, -(-L2_FLUSH_BYTES // nbytes))
+
+
 def weight_copies(rows: int, cols: int, dtype, scale: float) -> list[torch.Tensor]:
-    nbytes = rows * cols * dtype.itemsize
-    count = max(2, -(-L2_FLUSH_BYTES // nbytes))
-    return [(torch.randn(rows, cols, device="cuda") * scale).to(dtype) for _ in range(count)]
+    return [(torch.randn(rows, cols, device="cuda") * scale).to(dtype)
+            for _ in range(flush_copies(rows * cols * dtype.itemsize))]
 
 
 def decode_problems(cfg: ModelConfig) -> list[dict]:
