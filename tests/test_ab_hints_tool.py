@@ -12,7 +12,7 @@ from glm_asr_lab.tuning import ab_hints
 from cutile_launches import record_launches
 
 
-def test_hints_added_inside_and_the_table_restored_after():
+def test_hints_added_inside_and_the_table_restored_after(monkeypatch):
     entry = {("gemm", (1, 2, 3)): ((1, {"occupancy": 2}),)}
     before = {gpu: dict(row) for gpu, row in fast_linear.KERNEL_HINTS_BY_GPU.items()}
     gpu = next(iter(before))
@@ -22,8 +22,11 @@ def test_hints_added_inside_and_the_table_restored_after():
         assert fast_linear.KERNEL_HINTS_BY_GPU["made-up GPU"] == entry
     assert fast_linear.KERNEL_HINTS_BY_GPU == before
     assert ab_hints.arm_entries("table") == {}
-    first, second = list(ab_hints.CANDIDATES)[:2]
-    assert ab_hints.arm_entries(f"{first}+{second}") == ab_hints.CANDIDATES[first] | ab_hints.CANDIDATES[second]
+    first = {("flash", (1, 2, 3)): ((1, {"occupancy": 2}),)}
+    second = {("gated gemm", (4, 5, 6)): ((9, {"num_worker_warps": 8}),)}
+    monkeypatch.setitem(ab_hints.CANDIDATES, "first", first)
+    monkeypatch.setitem(ab_hints.CANDIDATES, "second", second)
+    assert ab_hints.arm_entries("first+second") == first | second
 
 
 def test_verdicts_take_medians_over_rounds_and_flag_other_ids():

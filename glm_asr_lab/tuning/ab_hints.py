@@ -39,21 +39,16 @@ from glm_asr_lab.gpu.clips import write_clips
 from glm_asr_lab.gpu.fastpath import Results, time_track
 
 TRACK = "glm_asr_cutile_example:fast"
-# The sweep's winners not yet in KERNEL_HINTS_BY_GPU, by arm name: entries for this GPU's row. A candidate that
-# wins here and passes gpu_check.sh parity regret moves into the table, with its figures, and leaves this list
-# (2026-11-27 c: the flash attention's occupancy 2 and the prompt gate|up's 8 worker warps did).
-CANDIDATES = {
-    # The 128 x 128 GEMMs from two windows on at occupancy 2, not 4 (one H100, docs/performance.md, 2026-11-27
-    # b, call 7): ten windows' q|k|v 288 against 303-330 us, but fc2 477 against 446. Whole 5-minute
-    # transcription: -1.2 % in one A/B of two rounds, within the noise (2026-11-27 c).
-    "gemm128-occ2": {("gemm", (128, 128, 64)): ((3000, {"occupancy": 2}),)},
-    # The same GEMMs with 8 worker warps, which took the prompt gate|up from 383 to 294 us. Not yet swept alone.
-    "gemm128-ww8": {("gemm", (128, 128, 64)): ((3000, {"num_worker_warps": 8}),)},
-    # The decoder prefill's flash attention (64 x 64 tiles, head_dim 128) at occupancy 2, as the encoder's
-    # gained. Not yet swept alone.
-    "prefill-flash-occ2": {("flash", (64, 64, 128)): ((1, {"occupancy": 2}),)},
-}
-DEFAULT_ARMS = "table,gemm128-occ2,gemm128-ww8,prefill-flash-occ2"
+# The sweep's winners not yet in KERNEL_HINTS_BY_GPU, by arm name: entries for this GPU's row, e.g.
+#     "flash-occ2": {("flash", (128, 128, 64)): ((1, {"occupancy": 2}),)}
+# A candidate that wins here and passes gpu_check.sh parity regret moves into the table, with its figures, and
+# leaves this list; one that does not win leaves it too, its figures in docs/performance.md. 2026-11-27 (c), one
+# H100: the encoder's flash attention at occupancy 2 and the prompt gate|up at 8 worker warps won and moved.
+# Within the noise (about 3 % a clip) and dropped: the 128 x 128 GEMMs at occupancy 2 from 3,000 rows, the
+# prefill's flash attention at occupancy 2. Lost: the 128 x 128 GEMMs at 8 worker warps (5-minute clip +4.1 %).
+# With none listed, the part times the table alone: the run-to-run spread a candidate must beat.
+CANDIDATES: dict[str, dict] = {}
+DEFAULT_ARMS = ",".join(["table", *CANDIDATES])
 DEFAULT_CLIPS = "test clip 3.5 s,5 min"
 
 
@@ -106,7 +101,8 @@ def verdicts(rows: list[dict]) -> list[dict]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arms", default=DEFAULT_ARMS,
-                        help=f"comma-separated; 'table' and CANDIDATES' names ({', '.join(CANDIDATES)}), joined by '+'")
+                        help=f"comma-separated; 'table' and CANDIDATES' names ({', '.join(CANDIDATES) or 'none now'}), "
+                             "joined by '+'")
     parser.add_argument("--clips", default=DEFAULT_CLIPS, help="comma-separated names of glm_asr_lab/gpu/clips.py's clips")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1)
@@ -118,7 +114,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     arms = args.arms.split(",")
     if unknown := {name for arm in arms for name in arm.split("+")} - set(CANDIDATES) - {"table"}:
-        print(f"--arms: unknown {', '.join(sorted(unknown))}; choose from table, {', '.join(CANDIDATES)}",
+        print(f"--arms: unknown {', '.join(sorted(unknown))}; choose from {', '.join(['table', *CANDIDATES])}",
               file=sys.stderr)
         return 2
     if "table" not in arms:
