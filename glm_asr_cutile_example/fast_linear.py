@@ -187,12 +187,13 @@ KERNEL_HINTS_BY_GPU = {
     "NVIDIA H100 80GB HBM3": {
         # The decode gate|up gains on an H100 too (2026-11-27): 24.3 -> 21.4 us (21.5 at occupancy 4).
         ("gated gemv", (32, 256)): ((1, {"occupancy": 2}),),
-        # The prompt's gate|up (5-minute clip): 1,184 us by default, 383 with two-CTA clusters, 294 with 8
-        # worker warps (cuda.tile 1.7). The encoder's flash attention at occupancy 2: 54.9 -> 44.4 us over
-        # one window, 495.9 -> 370.9 over ten. Both together, end to end (glm_asr_lab/tuning/ab_hints.py,
-        # two runs on one H100, ids equal): 5-minute clip 129.7 -> 123.2 ms and 128.8 -> 123.1; test clip
-        # 30.37 -> 30.43 and 29.98 -> 30.01, within its noise.
-        ("gated gemm", (128, 128, 64)): ((1, {"num_worker_warps": 8}),),
+        # The prompt's gate|up (5-minute clip, 3,765 rows): 1,184 us by default, 383 with two-CTA clusters,
+        # 294 with 8 worker warps (cuda.tile 1.7). The encoder's flash attention at occupancy 2: 54.9 ->
+        # 44.4 us over one window, 495.9 -> 370.9 over ten. Both together, end to end
+        # (glm_asr_lab/tuning/ab_hints.py, two runs on one H100, ids equal): 5-minute clip 129.7 -> 123.2
+        # ms and 128.8 -> 123.1; test clip 30.37 -> 30.43 and 29.98 -> 30.01, within its noise. Worker
+        # warps only from 3,000 rows, where they were measured; shorter prompts keep the clusters.
+        ("gated gemm", (128, 128, 64)): ((1, {"num_ctas": 2}), (3000, {"num_worker_warps": 8})),
         ("flash", (128, 128, 64)): ((1, {"occupancy": 2}),),
         # The 64 x 128 tile (the encoder's fc1 and the conv stem) at occupancy 4: fc1 66.5 -> 56.4 us over
         # one window, 742 -> 591 over ten. The 128 x 128 GEMMs gain at occupancy 4 from two windows on (ten

@@ -335,11 +335,12 @@ def decode_attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, cache_len_ptr,
 def _decode_config(Tmax: int, dtype: torch.dtype) -> tuple[int, tuple[int, int]]:
     """(split size, (BLOCK_N, num_warps)) of decode_attention on a GPU for a cache of Tmax slots.
 
-    glm_asr_lab/tuning/sweep_attention.py on an H100 (2026-11-27, docs/performance.md), bf16 caches:
-    128-key steps, 4 warps. A cache of 256 slots or fewer in one split (3.1 us against 4.0 with two
-    splits and the combine launch); longer ones in 128-slot splits (1,024 slots: 5.3 us, 8.7 with the
-    old 256 / 64; 3,840 slots: 8.0 us, 11.0). fp32 caches keep 64-key steps: a 128 x 128 fp32 tile
-    would hold 128 registers a thread for each of k and v."""
+    glm_asr_lab/tuning/sweep_attention.py on an H100 (docs/performance.md, 2026-11-27 (c), call 2),
+    bf16 caches (fp16 takes the same: same element size, not measured): 128-key steps, 4 warps. A
+    cache of 256 slots or fewer in one split (3.1 us against 4.0 with two splits and the combine
+    launch); longer ones in 128-slot splits (1,024 slots: 5.3 us, 8.7 with the old 256 / 64; 3,840
+    slots: 8.0 us, 11.0). fp32 caches keep 64-key steps: a 128 x 128 fp32 tile would hold 128
+    registers a thread for each of k and v."""
     if dtype == torch.float32:
         return 256, (64, 4)
     return (256 if Tmax <= 256 else 128), (128, 4)
@@ -372,7 +373,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     else:
         default_split, default_tiles = _decode_config(Tmax, q.dtype)
         split_size = split_size or default_split
-        tiles = tiles or (min(default_tiles[0], split_size), default_tiles[1])
+        # BLOCK_N is a power of two (tl.arange) and need not divide the split: the keys are masked.
+        tiles = tiles or (min(default_tiles[0], 1 << (split_size.bit_length() - 1)), default_tiles[1])
     assert split_size % 16 == 0
     assert cache_len.dtype == torch.int32 and (kv_start is None or kv_start.dtype == torch.int32)
     group = Hq // Hkv

@@ -314,6 +314,29 @@ def test_decode_attention_with_the_sweeps_tiles(split_size, tiles):
     assert torch.isfinite(got).all() and rel_err(got, ref) < TOL[torch.bfloat16]
 
 
+@pytest.mark.parametrize("dtype,Tmax,split_size", [(torch.bfloat16, 200, None), (torch.bfloat16, 300, None),
+                                                    (torch.float32, 300, None), (torch.bfloat16, 300, 96)])
+def test_decode_attention_with_the_gpus_defaults(monkeypatch, dtype, Tmax, split_size):
+    """The split and tiles decode_attention takes on a GPU (_decode_config), run here by the interpreter: one
+    split up to 256 slots, 128-slot splits and a combine past them, fp32's 64-key steps, and an explicit split
+    that is no power of two (the key step must still be one)."""
+    from glm_asr_triton_example import fast_attention
+
+    monkeypatch.setattr(fast_attention, "INTERPRET", False)
+    B, Hq, Hkv, D, cache_len = 2, 4, 2, 32, Tmax - 7
+    kv_start = torch.tensor([0, 9], dtype=torch.int32, device=DEV)
+    q = torch.randn(B, 1, Hq, D, device=DEV).to(dtype)
+    k_cache, v_cache = (torch.randn(B, Hkv, Tmax, D, device=DEV).to(dtype) for _ in range(2))
+    ref = torch_ops.attention(q.transpose(1, 2), k_cache[:, :, :cache_len], v_cache[:, :, :cache_len], D ** -0.5,
+                              kv_start=kv_start).transpose(1, 2)
+    for cache in (k_cache, v_cache):
+        cache[:, :, cache_len:] = float("nan")
+        cache[1, :, :9] = float("nan")
+    got = decode_attention(q, k_cache, v_cache, torch.tensor([cache_len], dtype=torch.int32, device=DEV), kv_start,
+                           D ** -0.5, out=nan_like((B, 1, Hq, D), dtype), precision=IEEE, split_size=split_size)
+    assert torch.isfinite(got).all() and rel_err(got, ref) < TOL[dtype]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_decode_step_cuda_graph_replay():
     """rope_qkv_into_cache + decode_attention captured once, replayed with the position on the device."""

@@ -39,7 +39,7 @@
 #   sweep_attention  glm_asr_lab/tuning/sweep_attention.py: Triton's flash attention tiles (encoder, prefill)
 #             and decode attention's split and tiles (about 5 min)
 #   ab_hints  glm_asr_lab/tuning/ab_hints.py: cuTile's candidate compiler hints on whole transcriptions (the
-#             test clip and the 5-minute clip, arms in A B B A order, ids held to the table's)
+#             test clip, the 45 s and the 5-minute clips, arms in A B B A order, ids held to the table's)
 #   timeline  the decode step launch by launch, both fast paths, with and without programmatic
 #             dependent launch (about 2 min)
 #   all       bench parity regret clips kernels robust detailed grade grade_cutile
