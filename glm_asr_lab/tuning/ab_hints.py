@@ -39,24 +39,17 @@ from glm_asr_lab.gpu.clips import write_clips
 from glm_asr_lab.gpu.fastpath import Results, time_track
 
 TRACK = "glm_asr_cutile_example:fast"
-# The sweep's winners not yet in KERNEL_HINTS_BY_GPU, by arm name: entries for this GPU's row. A candidate that
-# wins here and passes gpu_check.sh parity regret moves into the table, with its figures, and leaves this list;
-# one that does not win leaves it too, its figures in docs/performance.md. Parity runs the test clip: a hint for
-# longer prompts or more windows is held to the table's ids here only. 2026-11-27 (c), one H100: the encoder's
-# flash attention at occupancy 2 and the 5-minute prompt's gate|up at 8 worker warps won and moved. Dropped:
-# the 128 x 128 GEMMs at occupancy 2 from 3,000 rows and the prefill's flash attention at occupancy 2 (within
-# the noise, about 3 % a clip); the same GEMMs at 8 worker warps over ten windows (5-minute clip +4.1 %).
-# With none listed, the part times the table alone: the run-to-run spread a candidate must beat.
-CANDIDATES: dict[str, dict] = {
-    # The 128 x 128 GEMMs at 8 worker warps from 3,000 to 4,499 rows (two windows, or the 5-minute prompt's 3,765;
-    # ten windows keep occupancy 4): over all rows from 3,000 the 45 s clip ran 40.65 ms against 41.99, faster in
-    # both rounds (-3.8 %, -3.0 %), while the 5-minute clip lost 4.1 %.
-    "gemm128-ww8-two-windows": {("gemm", (128, 128, 64)): ((3000, {"num_worker_warps": 8}),
-                                                          (4500, {"occupancy": 4}))},
-    # The gate|up at 8 worker warps for prompts of 65 to 2,999 tokens too (the 45 s clip's 577), where the
-    # table keeps the clusters: worker warps were measured at 3,765 rows only.
-    "gateup-ww8-short-prompts": {("gated gemm", (128, 128, 64)): ((1, {"num_worker_warps": 8}),)},
-}
+# The sweep's winners not yet in KERNEL_HINTS_BY_GPU, by arm name: entries for this GPU's row, e.g.
+#     "flash-occ2": {("flash", (128, 128, 64)): ((1, {"occupancy": 2}),)}
+# A candidate that wins here and passes gpu_check.sh parity regret moves into the table, with its figures, and
+# leaves this list; one that does not win leaves it too, its figures in docs/performance.md. Parity runs the test
+# clip: a hint for longer prompts or more windows is held to the table's ids here only. 2026-11-27 (c), one
+# H100: the encoder's flash attention at occupancy 2 and the 5-minute prompt's gate|up at 8 worker warps won and
+# moved. Within the noise (about 3 % a clip) and dropped: the 128 x 128 GEMMs at occupancy 2 from 3,000 rows or
+# at 8 worker warps from 3,000 to 4,499 rows, the prefill's flash attention at occupancy 2, the gate|up's 8
+# worker warps below 3,000 rows. Lost: the 128 x 128 GEMMs at 8 worker warps over ten windows (5-minute clip
+# +4.1 %). With none listed, the part times the table alone: the run-to-run spread a candidate must beat.
+CANDIDATES: dict[str, dict] = {}
 DEFAULT_ARMS = ",".join(["table", *CANDIDATES])
 DEFAULT_CLIPS = "test clip 3.5 s,45 s,5 min"
 
