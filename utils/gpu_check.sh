@@ -40,6 +40,9 @@
 #             and decode attention's split and tiles (about 5 min)
 #   ab_hints  glm_asr_lab/tuning/ab_hints.py: cuTile's candidate compiler hints on whole transcriptions (the
 #             test clip, the 45 s and the 5-minute clips, arms in A B B A order, ids held to the table's)
+#   long_clips  where the time of the long clips goes, both fast paths side by side (benchmark_detailed.py
+#             --compare on the 45 s and 5-minute clips of glm_asr_lab/gpu/clips.py, bf16, 13 tokens): components
+#             and kernel classes, long_clips/*.json, the largest gaps in summary.md (about 4 min)
 #   timeline  the decode step launch by launch, both fast paths, with and without programmatic
 #             dependent launch (about 2 min)
 #   all       bench parity regret clips kernels robust detailed grade grade_cutile
@@ -56,8 +59,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR=$2; shift 2 ;;
         all) PARTS+=(bench parity regret clips kernels robust detailed grade grade_cutile); shift ;;
-        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|timeline|tune|sweep|sweep_gemm|sweep_attention|ab_hints) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath timeline tune sweep sweep_gemm sweep_attention ab_hints all" >&2
+        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|long_clips|timeline|tune|sweep|sweep_gemm|sweep_attention|ab_hints) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath long_clips timeline tune sweep sweep_gemm sweep_attention ab_hints all" >&2
            exit 2 ;;
     esac
 done
@@ -272,6 +275,22 @@ for part in "${PARTS[@]}"; do
             step "fastpath: transformers, bf16" 100 python3 -m glm_asr_lab.gpu.fastpath --anchors eager,compiled \
                 --warmup 1 --runs 5 --jsonl "$OUT_DIR/fastpath.jsonl"
             compiled_pytorch tf32
+            ;;
+        long_clips)
+            # The fast paths' gap grows with the clip (2026-11-27 c: cuTile 1.09x Triton on the test clip, 1.44x
+            # on 45 s, 1.40x on 5 minutes): component by component and kernel class by kernel class, where.
+            mkdir -p "$OUT_DIR/long_clips"
+            compare=()
+            if has_cutile; then
+                compare=(--compare glm_asr_cutile_example:fast)
+            fi
+            clip_files=$(python3 -m glm_asr_lab.gpu.clips --write /tmp/gpu_check_clips --clips "45 s,5 min")
+            while IFS=$'\t' read -r name file; do
+                step "long clips: $name, fast paths, bf16" 200 python3 benchmark_detailed.py glm_asr_triton_example \
+                    --path fast "${compare[@]}" --precision bf16 --random-weights --audio "$file" \
+                    --min-new-tokens 13 --max-new-tokens 13 --warmup 1 --runs 3 --top 12 \
+                    --json "$OUT_DIR/long_clips/${name// /_}.json"
+            done <<< "$clip_files"
             ;;
         timeline)
             # The decode step launch by launch (benchmark_detailed.py's "Decode step, launch by launch"): both

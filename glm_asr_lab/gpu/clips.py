@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Any audio length on the GPU: every track path against transformers on clips of awkward lengths.
 
-    python -m glm_asr_lab.gpu.clips [--tracks folder:path,...] [--tokens 12] [--json PATH]
+    python -m glm_asr_lab.gpu.clips [--tracks folder:path,...] [--clips NAME,...] [--tokens 12] [--json PATH]
+    python -m glm_asr_lab.gpu.clips --write DIR [--clips NAME,...]    (the clips as files; no GPU)
 
 Clips, all cut from test_audio.wav (LibriSpeech) and written as files so the same loader reads them:
 the test clip (3.5 s), 0.3 s (three audio tokens), 30.5 s (one full window and a sliver of a second),
@@ -12,12 +13,14 @@ For each clip: transformers' greedy ids in true fp32 (TF32 off), then for each t
 IEEE fp32 (equal to transformers' expected) and its bf16 time per transcription (--tokens tokens,
 after a warm-up), the real-time factor (time / audio length) and the peak GPU memory of that bf16
 run. One JSON line per (clip, track) to --json; a table at the end.
+
+--write DIR writes the chosen clips into DIR and prints one "name<TAB>path" line each, for a tool that
+takes a file (benchmark_detailed.py --audio: utils/gpu_check.sh long_clips).
 """
 
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
@@ -33,39 +36,62 @@ from glm_asr_course.model.config import ModelConfig  # noqa: E402
 from glm_asr_course.model.frontend import prepare_inputs  # noqa: E402
 from glm_asr_course.model.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
 from glm_asr_course.reference.hf_model import build, generate  # noqa: E402
+from glm_asr_course.errors import UserError, run_cli  # noqa: E402
 from glm_asr_course.tracks import REPO_ROOT, import_track  # noqa: E402
 
 
-def write_clips(out: Path) -> dict[str, Path]:
-    """The clips as files: speech repeated to length, cut, or resampled to 44.1 kHz stereo."""
+# The clips, in the order they run; write_clips makes each.
+CLIP_NAMES = ("test clip 3.5 s", "0.3 s", "30.5 s", "45 s", "5 min", "44.1 kHz stereo")
+
+
+def clip_names(names: str | None) -> list[str]:
+    """The comma-separated clip names (all when None), in CLIP_NAMES' order; an unknown name is a UserError."""
+    if names is None:
+        return list(CLIP_NAMES)
+    if unknown := set(names.split(",")) - set(CLIP_NAMES):
+        raise UserError(f"--clips: unknown {', '.join(sorted(unknown))}; choose from {', '.join(CLIP_NAMES)}")
+    return [name for name in CLIP_NAMES if name in names.split(",")]
+
+
+def write_clips(out: Path, names: list[str] = CLIP_NAMES) -> dict[str, Path]:
+    """The named clips as files in out: speech repeated to length, cut, or resampled to 44.1 kHz stereo."""
     speech = load_audio(REPO_ROOT / "test_audio.wav")
 
     def of_length(seconds: float) -> np.ndarray:
         n = int(seconds * SAMPLE_RATE)
         return np.tile(speech, -(-n // len(speech)))[:n]
 
-    clips = {"test clip 3.5 s": (speech, SAMPLE_RATE), "0.3 s": (of_length(0.3), SAMPLE_RATE),
-             "30.5 s": (of_length(30.5), SAMPLE_RATE), "45 s": (of_length(45.0), SAMPLE_RATE),
-             "5 min": (of_length(300.0), SAMPLE_RATE)}
-    from scipy.signal import resample_poly
+    def at_44k_stereo() -> np.ndarray:
+        from scipy.signal import resample_poly
 
-    at_44k = resample_poly(speech, 441, 160).astype(np.float32)
-    clips["44.1 kHz stereo"] = (np.stack([at_44k, 0.8 * at_44k], axis=1), 44100)
+        mono = resample_poly(speech, 441, 160).astype(np.float32)
+        return np.stack([mono, 0.8 * mono], axis=1)
+
+    makers = {"test clip 3.5 s": lambda: (speech, SAMPLE_RATE), "0.3 s": lambda: (of_length(0.3), SAMPLE_RATE),
+              "30.5 s": lambda: (of_length(30.5), SAMPLE_RATE), "45 s": lambda: (of_length(45.0), SAMPLE_RATE),
+              "5 min": lambda: (of_length(300.0), SAMPLE_RATE), "44.1 kHz stereo": lambda: (at_44k_stereo(), 44100)}
     paths = {}
-    for i, (name, (samples, rate)) in enumerate(clips.items()):
-        paths[name] = out / f"clip{i}.wav"
-        sf.write(paths[name], samples, rate, subtype="FLOAT")
+    for name in names:
+        paths[name] = out / f"clip{CLIP_NAMES.index(name)}.wav"
+        sf.write(paths[name], *makers[name](), subtype="FLOAT")
     return paths
 
 
 @torch.no_grad()
-def main():
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tracks", default="glm_asr_triton_example:fast,glm_asr_triton_example:course")
     parser.add_argument("--tokens", type=int, default=12)
     parser.add_argument("--json", default=None)
     parser.add_argument("--clips", help="comma-separated clip names to run (default: all)")
-    args = parser.parse_args()
+    parser.add_argument("--write", metavar="DIR", help="only write the clips into DIR, one name<TAB>path line each")
+    args = parser.parse_args(argv)
+    names = clip_names(args.clips)
+    if args.write:
+        Path(args.write).mkdir(parents=True, exist_ok=True)
+        for name, path in write_clips(Path(args.write), names).items():
+            print(f"{name}\t{path}")
+        return 0
     raw = default_config_dict()
     cfg = ModelConfig.from_dict(raw)
     fp32, bf16 = PRECISIONS["fp32"], PRECISIONS["bf16"]
@@ -73,9 +99,7 @@ def main():
     weights_bf16 = {k: v.to(torch.bfloat16) for k, v in weights.items()}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        clips = write_clips(Path(tmp))
-        if args.clips:
-            clips = {name: path for name, path in clips.items() if name in args.clips.split(",")}
+        clips = write_clips(Path(tmp), names)
         inputs = {name: prepare_inputs([load_audio(path)], cfg, None) for name, path in clips.items()}
         seconds = {name: len(load_audio(path)) / SAMPLE_RATE for name, path in clips.items()}
         with torch_matmul_precision(fp32):
@@ -123,4 +147,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main)

@@ -257,11 +257,44 @@ def fastpath_tables(out: Path) -> list[str]:
     return lines + [""]
 
 
+def long_clips_tables(out: Path, largest: int = 8) -> list[str]:
+    """The long_clips part: per clip, each fast path's components (wall ms) and the kernel classes where the
+    second path (cuTile's, when it ran) spends most beyond the first, from benchmark_detailed.py --compare."""
+    lines = []
+    for report in map(read_json, sorted((out / "long_clips").glob("*.json"))):
+        cmp = report.get("comparison")
+        labels = cmp["labels"] if cmp else [report["label"]]
+        windows = f"{report['windows']} window" + ("s" if report["windows"] != 1 else "")
+        lines += [f"Long clip, {report['audio_seconds']:.1f} s ({windows}, prompt "
+                  f"{report['prompt_len']}, {report['tokens']} tokens), bf16, median wall ms: "
+                  f"{' / '.join(labels)}", ""]
+        if not cmp:
+            lines += ["| component | ms |", "| --- | --- |"]
+            lines += [f"| {c['name']} | {c['wall_ms']:.2f} |" for c in report["components"] if c["level"] <= 1]
+            lines += [f"| end to end | {report['end_to_end']['median_ms']:.2f} |", ""]
+            continue
+        lines += ["| component | " + " | ".join(labels) + " | ratio |", "| --- |" + " --- |" * (len(labels) + 1)]
+        for row in cmp["components"]:
+            if row["level"] <= 1:
+                first, second = row["ms"][0], row["ms"][1]
+                ratio = f"{second / first:.2f}×" if first and second else "-"
+                lines.append(f"| {'· ' * row['level']}{row['name']} | " + " | ".join(cell(ms, ".2f") for ms in row["ms"])
+                             + f" | {ratio} |")
+        gaps = sorted(cmp["classes"], key=lambda row: row["ms"][0] - row["ms"][1])[:largest]
+        lines += ["", f"Kernel classes where {labels[1]} spends most beyond {labels[0]} (kernel ms, profiled run):",
+                  "", "| phase | class | " + " | ".join(labels) + " | extra ms |",
+                  "| --- | --- |" + " --- |" * (len(labels) + 1)]
+        lines += [f"| {row['phase']} | {row['class']} | " + " | ".join(f"{ms:.2f}" for ms in row["ms"])
+                  + f" | {row['ms'][1] - row['ms'][0]:+.2f} |" for row in gaps]
+        lines.append("")
+    return lines
+
+
 def main(out_dir: str):
     out = Path(out_dir)
     parity = read_lines(out / "parity.jsonl")
     lines = (steps_table(out / "log.txt") + parity_table(parity) + clips_table(read_lines(out / "clips.jsonl"))
-             + bench_table(read_lines(out / "bench.jsonl"), parity) + fastpath_tables(out))
+             + bench_table(read_lines(out / "bench.jsonl"), parity) + fastpath_tables(out) + long_clips_tables(out))
     text = "\n".join(lines) if lines else "(no results recorded)"
     (out / "summary.md").write_text(text + "\n")
     print(text)

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from glm_asr_course.command_line import release
+from glm_asr_course.errors import UserError
 from glm_asr_course.model.audio import load_audio
 from glm_asr_course.model.checkpoint import default_config_dict, random_weights
 from glm_asr_course.model.config import ModelConfig
@@ -35,7 +36,7 @@ from glm_asr_course.model.frontend import prepare_inputs
 from glm_asr_course.model.precision import PRECISIONS
 from glm_asr_course.runtimes import gpu_name
 from glm_asr_course.tracks import use_device
-from glm_asr_lab.gpu.clips import write_clips
+from glm_asr_lab.gpu.clips import clip_names, write_clips
 from glm_asr_lab.gpu.fastpath import Results, time_track
 
 TRACK = "glm_asr_cutile_example:fast"
@@ -122,12 +123,15 @@ def main(argv=None) -> int:
     if "table" not in arms:
         arms.insert(0, "table")
 
+    try:
+        names = clip_names(args.clips)
+    except UserError as error:
+        print(error, file=sys.stderr)
+        return 2
+
     use_device(args.device)  # on a CPU: the cuTile emulator, chosen before it loads
     with tempfile.TemporaryDirectory() as folder:
-        clips = write_clips(Path(folder))
-        if unknown := set(args.clips.split(",")) - set(clips):
-            print(f"--clips: unknown {', '.join(sorted(unknown))}; choose from {', '.join(clips)}", file=sys.stderr)
-            return 2
+        clips = write_clips(Path(folder), names)
         raw = json.loads((Path(args.config) / "config.json").read_text()) if args.config else default_config_dict()
         cfg = ModelConfig.from_dict(raw)
         bf16 = PRECISIONS["bf16"]
@@ -135,7 +139,7 @@ def main(argv=None) -> int:
                    for k, v in random_weights(cfg, torch.float32, seed=0, device=args.device).items()}
         gpu = gpu_name(args.device)
         results = Results(args.jsonl)
-        for clip in args.clips.split(","):
+        for clip in names:
             inputs = prepare_inputs([load_audio(clips[clip])], cfg, None)
             for round_index in range(args.rounds):
                 for arm in arms if round_index % 2 == 0 else arms[::-1]:

@@ -1,0 +1,26 @@
+"""glm_asr_lab/gpu/clips.py --write (utils/gpu_check.sh long_clips takes its files): only the named clips, at
+their lengths, one name<TAB>path line each; an unknown name is one line, exit 2, and nothing written."""
+
+import subprocess
+import sys
+
+from glm_asr_course.model.audio import SAMPLE_RATE, load_audio
+from glm_asr_lab.gpu import clips
+
+
+def test_write_names_only_the_chosen_clips_at_their_lengths(tmp_path, capsys):
+    assert clips.main(["--write", str(tmp_path / "out"), "--clips", "5 min,0.3 s"]) == 0
+    listed = dict(line.split("\t") for line in capsys.readouterr().out.splitlines())
+    assert list(listed) == ["0.3 s", "5 min"]  # clips.py's order, not the argument's
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(p.rsplit("/", 1)[1] for p in listed.values())
+    assert len(load_audio(listed["0.3 s"])) == int(0.3 * SAMPLE_RATE)
+    assert len(load_audio(listed["5 min"])) == 300 * SAMPLE_RATE
+
+
+def test_an_unknown_clip_is_one_line_exit_2_and_nothing_written(tmp_path):
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "glm_asr_lab.gpu.clips", "--write", str(out), "--clips", "45 s,6 min"],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.strip().count("\n") == 0 and "unknown 6 min" in run.stderr and "Traceback" not in run.stderr
+    assert not out.exists()
