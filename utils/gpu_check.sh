@@ -279,18 +279,25 @@ for part in "${PARTS[@]}"; do
         long_clips)
             # The fast paths' gap grows with the clip (2026-11-27 c: cuTile 1.09x Triton on the test clip, 1.44x
             # on 45 s, 1.40x on 5 minutes): component by component and kernel class by kernel class, where.
+            # A reused --out keeps no stale report: summary.md reads whatever long_clips/ holds.
             mkdir -p "$OUT_DIR/long_clips"
+            rm -f "$OUT_DIR"/long_clips/*.json
             compare=()
             if has_cutile; then
                 compare=(--compare glm_asr_cutile_example:fast)
             fi
-            clip_files=$(python3 -m glm_asr_lab.gpu.clips --write /tmp/gpu_check_clips --clips "45 s,5 min")
-            while IFS=$'\t' read -r name file; do
+            # The clip files as a step of their own, so a failure to write them shows in log.txt and the table.
+            clip_list=/tmp/gpu_check_clips.tsv
+            rm -f "$clip_list"
+            step "long clips: the clip files" 60 python3 -m glm_asr_lab.gpu.clips --write /tmp/gpu_check_clips \
+                --clips "45 s,5 min" --list "$clip_list"
+            # The list on fd 3: a step reading stdin cannot swallow the next clip's line.
+            while [ -s "$clip_list" ] && IFS=$'\t' read -r name file <&3; do
                 step "long clips: $name, fast paths, bf16" 200 python3 benchmark_detailed.py glm_asr_triton_example \
                     --path fast "${compare[@]}" --precision bf16 --random-weights --audio "$file" \
                     --min-new-tokens 13 --max-new-tokens 13 --warmup 1 --runs 3 --top 12 \
                     --json "$OUT_DIR/long_clips/${name// /_}.json"
-            done <<< "$clip_files"
+            done 3< <(cat "$clip_list" 2>/dev/null)
             ;;
         timeline)
             # The decode step launch by launch (benchmark_detailed.py's "Decode step, launch by launch"): both

@@ -2,7 +2,7 @@
 """Any audio length on the GPU: every track path against transformers on clips of awkward lengths.
 
     python -m glm_asr_lab.gpu.clips [--tracks folder:path,...] [--clips NAME,...] [--tokens 12] [--json PATH]
-    python -m glm_asr_lab.gpu.clips --write DIR [--clips NAME,...]    (the clips as files; no GPU)
+    python -m glm_asr_lab.gpu.clips --write DIR [--clips NAME,...] [--list PATH]    (the clips as files; no GPU)
 
 Clips, all cut from test_audio.wav (LibriSpeech) and written as files so the same loader reads them:
 the test clip (3.5 s), 0.3 s (three audio tokens), 30.5 s (one full window and a sliver of a second),
@@ -14,14 +14,16 @@ IEEE fp32 (equal to transformers' expected) and its bf16 time per transcription 
 after a warm-up), the real-time factor (time / audio length) and the peak GPU memory of that bf16
 run. One JSON line per (clip, track) to --json; a table at the end.
 
---write DIR writes the chosen clips into DIR and prints one "name<TAB>path" line each, for a tool that
-takes a file (benchmark_detailed.py --audio: utils/gpu_check.sh long_clips).
+--write DIR writes the chosen clips into DIR and prints one "name<TAB>path" line each (also into --list PATH),
+for a tool that takes a file (benchmark_detailed.py --audio: utils/gpu_check.sh long_clips). Clips run and are
+listed in the order above, whatever the order of --clips.
 """
 
 import argparse
 import json
 import statistics
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,7 @@ import soundfile as sf
 import torch
 
 
+from glm_asr_course.errors import UserError, run_cli  # noqa: E402
 from glm_asr_course.timer import time_call, time_repeats  # noqa: E402
 from glm_asr_course.model.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from glm_asr_course.model.checkpoint import default_config_dict, random_weights  # noqa: E402
@@ -36,7 +39,6 @@ from glm_asr_course.model.config import ModelConfig  # noqa: E402
 from glm_asr_course.model.frontend import prepare_inputs  # noqa: E402
 from glm_asr_course.model.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
 from glm_asr_course.reference.hf_model import build, generate  # noqa: E402
-from glm_asr_course.errors import UserError, run_cli  # noqa: E402
 from glm_asr_course.tracks import REPO_ROOT, import_track  # noqa: E402
 
 
@@ -45,15 +47,17 @@ CLIP_NAMES = ("test clip 3.5 s", "0.3 s", "30.5 s", "45 s", "5 min", "44.1 kHz s
 
 
 def clip_names(names: str | None) -> list[str]:
-    """The comma-separated clip names (all when None), in CLIP_NAMES' order; an unknown name is a UserError."""
+    """The comma-separated clip names (all when None), in CLIP_NAMES' order whatever the argument's; an unknown
+    or empty name is a UserError."""
     if names is None:
         return list(CLIP_NAMES)
-    if unknown := set(names.split(",")) - set(CLIP_NAMES):
-        raise UserError(f"--clips: unknown {', '.join(sorted(unknown))}; choose from {', '.join(CLIP_NAMES)}")
-    return [name for name in CLIP_NAMES if name in names.split(",")]
+    asked = [name.strip() for name in names.split(",")]
+    if unknown := [repr(name) for name in asked if name not in CLIP_NAMES]:
+        raise UserError(f"--clips: unknown {', '.join(unknown)}; choose from {', '.join(CLIP_NAMES)}")
+    return [name for name in CLIP_NAMES if name in asked]
 
 
-def write_clips(out: Path, names: list[str] = CLIP_NAMES) -> dict[str, Path]:
+def write_clips(out: Path, names: Sequence[str] = CLIP_NAMES) -> dict[str, Path]:
     """The named clips as files in out: speech repeated to length, cut, or resampled to 44.1 kHz stereo."""
     speech = load_audio(REPO_ROOT / "test_audio.wav")
 
@@ -70,6 +74,7 @@ def write_clips(out: Path, names: list[str] = CLIP_NAMES) -> dict[str, Path]:
     makers = {"test clip 3.5 s": lambda: (speech, SAMPLE_RATE), "0.3 s": lambda: (of_length(0.3), SAMPLE_RATE),
               "30.5 s": lambda: (of_length(30.5), SAMPLE_RATE), "45 s": lambda: (of_length(45.0), SAMPLE_RATE),
               "5 min": lambda: (of_length(300.0), SAMPLE_RATE), "44.1 kHz stereo": lambda: (at_44k_stereo(), 44100)}
+    assert tuple(makers) == CLIP_NAMES
     paths = {}
     for name in names:
         paths[name] = out / f"clip{CLIP_NAMES.index(name)}.wav"
@@ -85,12 +90,15 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--clips", help="comma-separated clip names to run (default: all)")
     parser.add_argument("--write", metavar="DIR", help="only write the clips into DIR, one name<TAB>path line each")
+    parser.add_argument("--list", metavar="PATH", help="with --write: the name<TAB>path lines into PATH too")
     args = parser.parse_args(argv)
     names = clip_names(args.clips)
     if args.write:
         Path(args.write).mkdir(parents=True, exist_ok=True)
-        for name, path in write_clips(Path(args.write), names).items():
-            print(f"{name}\t{path}")
+        lines = "".join(f"{name}\t{path}\n" for name, path in write_clips(Path(args.write), names).items())
+        print(lines, end="")
+        if args.list:
+            Path(args.list).write_text(lines)
         return 0
     raw = default_config_dict()
     cfg = ModelConfig.from_dict(raw)

@@ -266,7 +266,7 @@ def long_clips_tables(out: Path, largest: int = 8) -> list[str]:
         labels = cmp["labels"] if cmp else [report["label"]]
         windows = f"{report['windows']} window" + ("s" if report["windows"] != 1 else "")
         lines += [f"Long clip, {report['audio_seconds']:.1f} s ({windows}, prompt "
-                  f"{report['prompt_len']}, {report['tokens']} tokens), bf16, median wall ms: "
+                  f"{report['prompt_len']}, {report['tokens']} tokens), {report['precision']}, median wall ms: "
                   f"{' / '.join(labels)}", ""]
         if not cmp:
             lines += ["| component | ms |", "| --- | --- |"]
@@ -280,7 +280,8 @@ def long_clips_tables(out: Path, largest: int = 8) -> list[str]:
                 ratio = f"{second / first:.2f}×" if first and second else "-"
                 lines.append(f"| {'· ' * row['level']}{row['name']} | " + " | ".join(cell(ms, ".2f") for ms in row["ms"])
                              + f" | {ratio} |")
-        gaps = sorted(cmp["classes"], key=lambda row: row["ms"][0] - row["ms"][1])[:largest]
+        slower = [row for row in cmp["classes"] if row["ms"][1] > row["ms"][0]]
+        gaps = sorted(slower, key=lambda row: row["ms"][0] - row["ms"][1])[:largest]
         lines += ["", f"Kernel classes where {labels[1]} spends most beyond {labels[0]} (kernel ms, profiled run):",
                   "", "| phase | class | " + " | ".join(labels) + " | extra ms |",
                   "| --- | --- |" + " --- |" * (len(labels) + 1)]

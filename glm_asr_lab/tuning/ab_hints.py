@@ -41,7 +41,7 @@ from glm_asr_lab.gpu.fastpath import Results, time_track
 
 TRACK = "glm_asr_cutile_example:fast"
 # The sweep's winners not yet in KERNEL_HINTS_BY_GPU, by arm name: entries for this GPU's row, e.g.
-#     "flash-occ2": {("flash", (128, 128, 64)): ((1, {"occupancy": 2}),)}
+#     "prefill-flash-occ2": {("flash", (64, 64, 128)): ((1, {"occupancy": 2}),)}
 # A candidate that wins here and passes gpu_check.sh parity regret moves into the table, with its figures, and
 # leaves this list; one that does not win leaves it too, its figures in docs/performance.md. Parity runs the test
 # clip: a hint for longer prompts or more windows is held to the table's ids here only. 2026-11-27 (c), one
