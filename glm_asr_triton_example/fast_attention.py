@@ -332,18 +332,16 @@ def decode_attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, cache_len_ptr,
     tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, round_to(o, o_ptr.dtype.element_ty), mask=d_ok)
 
 
-def _decode_config(Tmax: int, dtype: torch.dtype) -> tuple[int, tuple[int, int]]:
-    """(split size, (BLOCK_N, num_warps)) of decode_attention on a GPU for a cache of Tmax slots.
-
-    glm_asr_lab/tuning/sweep_attention.py on an H100 (docs/performance.md, 2026-11-27 (c), call 2),
-    bf16 caches (fp16 takes the same: same element size, not measured): 128-key steps, 4 warps. A
-    cache of 256 slots or fewer in one split (3.1 us against 4.0 with two splits and the combine
-    launch); longer ones in 128-slot splits (1,024 slots: 5.3 us, 8.7 with the old 256 / 64; 3,840
-    slots: 8.0 us, 11.0). fp32 caches keep 64-key steps: a 128 x 128 fp32 tile would hold 128
-    registers a thread for each of k and v."""
+def _decode_config(Tmax: int, dtype: torch.dtype) -> tuple[int, int, int]:
+    """(split size, BLOCK_N, num_warps) of decode_attention for a cache of Tmax slots. On a GPU, from
+    glm_asr_lab/tuning/sweep_attention.py (H100, docs/performance.md 2026-11-27 (c), call 2): 16-bit caches
+    in 128-key steps, one split up to 256 slots, else 128-slot splits (3,840 slots: 8.0 us, 11.0 in 256 / 64).
+    fp32 keeps 64-key steps: a 128 x 128 fp32 tile takes 128 registers a thread for k alone."""
+    if INTERPRET:  # the interpreter pays per program and per step: one of each
+        return triton.next_power_of_2(Tmax), triton.next_power_of_2(Tmax), 4
     if dtype == torch.float32:
-        return 256, (64, 4)
-    return (256 if Tmax <= 256 else 128), (128, 4)
+        return 256, 64, 4
+    return (256 if Tmax <= 256 else 128), 128, 4
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_len: torch.Tensor,
@@ -356,9 +354,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     cache_len: int32 device tensor (1,), valid cache slots (the token just written included).
     kv_start: int32 (B,) left-padding count (slots < kv_start[b] are masked), or None.
     The launch depends only on shapes (Tmax, not cache_len), so it can be captured in a CUDA graph.
-    split_size: cache slots per program of the first kernel (a multiple of 16); default
-    _decode_config's on a GPU, the whole cache under the interpreter (fewer, larger programs). A cache
-    of at most split_size slots (a short transcription's) is one split: one launch, no combine.
+    split_size: cache slots per program of the first kernel (a multiple of 16); default _decode_config's
+    (under the interpreter the whole cache). A cache of at most split_size slots (a short
+    transcription's) is one split: one launch, no combine.
     precision: "tf32" or "ieee" for fp32 operands. Any head size D (padded to a power of two, masked).
     tiles: (BLOCK_N, num_warps) of the first kernel in place of the default (for
     glm_asr_lab/tuning/sweep_attention.py).
@@ -367,14 +365,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     _, Hkv, Tmax, _ = k_cache.shape
     assert one == 1 and k_cache.shape == v_cache.shape == (B, Hkv, Tmax, D) and Hq % Hkv == 0
     assert q.stride(3) == k_cache.stride(3) == v_cache.stride(3) == 1
-    if INTERPRET:
-        split_size = split_size or triton.next_power_of_2(Tmax)
-        tiles = tiles or (split_size, 4)
-    else:
-        default_split, default_tiles = _decode_config(Tmax, q.dtype)
-        split_size = split_size or default_split
-        # BLOCK_N is a power of two (tl.arange) and need not divide the split: the keys are masked.
-        tiles = tiles or (min(default_tiles[0], 1 << (split_size.bit_length() - 1)), default_tiles[1])
+    default_split, default_n, num_warps = _decode_config(Tmax, q.dtype)
+    split_size = split_size or default_split
+    # BLOCK_N: a power of two (tl.arange), at most the split; keys past a split's end are masked.
+    block_n, num_warps = tiles or (min(default_n, 1 << (split_size.bit_length() - 1)), num_warps)
     assert split_size % 16 == 0
     assert cache_len.dtype == torch.int32 and (kv_start is None or kv_start.dtype == torch.int32)
     group = Hq // Hkv
@@ -387,7 +381,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     part_l = torch.empty_like(part_m)
     part_acc = torch.empty((B, Hq, 0 if direct else num_splits, D), dtype=torch.float32, device=q.device)
     kv_start_arg = kv_start if kv_start is not None else cache_len
-    block_n, num_warps = tiles
     pdl = pdl_options(q.device)
     decode_attention_split_kernel[(num_splits, B * Hkv)](
         q, k_cache, v_cache, cache_len, kv_start_arg, part_m, part_l, part_acc, out,
