@@ -226,7 +226,8 @@ def main(argv=None) -> int:
             ref = torch.nn.functional.scaled_dot_product_attention(q[:, :, None], kc[:, :, :valid], vc[:, :, :valid],
                                                                    enable_gqa=True)[:, :, 0]
             cands = []
-            for split, block_n, block_g in itertools.product((32, 64, 128, 256), (32, 64), (4, 16)):
+            # 128-key steps too: Triton's decode attention runs fastest with them (2026-11-27 c, call 2).
+            for split, block_n, block_g in itertools.product((32, 64, 128, 256), (32, 64, 128), (4, 16)):
                 if block_n > split:
                     continue
                 cands.append(((split, block_n, block_g), lambda s=split, t=(block_n, block_g):
