@@ -292,12 +292,14 @@ for part in "${PARTS[@]}"; do
             step "long clips: the clip files" 60 python3 -m glm_asr_lab.gpu.clips --write /tmp/gpu_check_clips \
                 --clips "45 s,5 min" --list "$clip_list"
             # The list on fd 3: a step reading stdin cannot swallow the next clip's line.
-            while [ -s "$clip_list" ] && IFS=$'\t' read -r name file <&3; do
-                step "long clips: $name, fast paths, bf16" 200 python3 benchmark_detailed.py glm_asr_triton_example \
-                    --path fast "${compare[@]}" --precision bf16 --random-weights --audio "$file" \
-                    --min-new-tokens 13 --max-new-tokens 13 --warmup 1 --runs 3 --top 12 \
-                    --json "$OUT_DIR/long_clips/${name// /_}.json"
-            done 3< <(cat "$clip_list" 2>/dev/null)
+            if [ -s "$clip_list" ]; then
+                while IFS=$'\t' read -r name file <&3; do
+                    step "long clips: $name, fast paths, bf16" 200 python3 benchmark_detailed.py \
+                        glm_asr_triton_example --path fast "${compare[@]}" --precision bf16 --random-weights \
+                        --audio "$file" --min-new-tokens 13 --max-new-tokens 13 --warmup 1 --runs 3 --top 12 \
+                        --json "$OUT_DIR/long_clips/${name// /_}.json"
+                done 3< "$clip_list"
+            fi
             ;;
         timeline)
             # The decode step launch by launch (benchmark_detailed.py's "Decode step, launch by launch"): both

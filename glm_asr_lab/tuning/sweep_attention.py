@@ -134,8 +134,8 @@ def time_decode(problem: dict, dtype: torch.dtype) -> list[dict]:
     k0, v0 = caches[0]
     ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k0[:, :, :live], v0[:, :, :live],
                                                            enable_gqa=True).transpose(1, 2)
-    split, block_n, warps = fast_attention._decode_config(slots, dtype)  # decode_attention's choice on a GPU
-    default = (split, (block_n, warps))
+    default_split, default_n, default_warps = fast_attention._decode_config(slots, dtype)  # the GPU's choice
+    default = (default_split, (default_n, default_warps))
     configs = [default] + [(split, (block_n, warps)) for split, block_n, warps in
                            itertools.product((64, 128, 256, 512, 1024), (32, 64, 128), (4, 8))
                            if block_n <= split and (split, (block_n, warps)) != default]
