@@ -11,6 +11,9 @@
                   Launched with programmatic dependent launch: its first weight tiles load while the
                   kernel before it drains
 
+``layernorm`` and ``rmsnorm`` launch the course's norm kernels, which feed the GEMMs of more than one
+row, at the rows a block and the occupancy that read fastest.
+
 ``linear``, ``llama_mlp`` and ``rms_linear`` pick the kernel and its tiles (``linear_tiles``). Every
 kernel rounds to the activation dtype where transformers materialises a tensor (a Linear's output
 before GELU or the residual add, SwiGLU's four roundings), so bf16 greedy decoding follows it.
@@ -28,7 +31,10 @@ import torch
 
 from glm_asr_course.runtimes import gpu_name
 from glm_asr_course.runtimes.cutile import ct, launch, with_hints
-from glm_asr_course.runtimes.tile_helpers import EMULATED, ZERO, as_rows, cdiv, erf, next_power_of_2, round_as
+from glm_asr_course.runtimes.tile_helpers import (EMULATED, ZERO, as_rows, cdiv, erf, next_power_of_2, round_as,
+                                                  rows_per_block)
+
+from .layers import layernorm_kernel, rmsnorm_kernel
 
 # gemv_kernel's prologues: what the weight multiplies.
 AS_STORED, RMSNORM = 0, 1
@@ -203,7 +209,24 @@ KERNEL_HINTS_BY_GPU = {
         # 130.5 ms; test clip 29.93 / 29.88 -> 29.49 (2026-11-27, one H100, docs/performance.md).
         ("gemm", (64, 128, 64)): ((1, {"occupancy": 4}),),
         ("gemm", (128, 128, 64)): ((3000, {"occupancy": 4}),),
+        # WIDE_TILES_BY_GPU's 128 x 256 tile needs the worker warps: at the compiler's defaults it runs 10x
+        # slower (the encoder's fc2 over ten windows: 4,886 us, against 375 with them; 2026-11-27 d, call 2).
+        ("gemm", (128, 256, 64)): ((1, {"num_worker_warps": 8}),),
+        # The norms read about 1 TB/s at the defaults. LayerNorm, 15,000 x 1,280: 81.6 -> 37.3 us (1,500 rows:
+        # 8.8 -> 5.6). RMSNorm, a 3,765-token prompt: 24.1 us at the course's 2 rows a block, 8.8 at one row
+        # and occupancy 8 (59 rows: 2.3 either way). 2026-11-27 d, call 2.
+        ("layernorm", (4, 2048)): ((1, {"occupancy": 4}),),
+        ("rmsnorm", (1, 2048)): ((1, {"occupancy": 8}),),
     },
+}
+
+# Weight shapes (N, K, dtype) whose GEMMs take 128 x 256 tiles from min_rows rows on, by GPU: the encoder's
+# four over two windows and more. H100, bf16, 2 / 10 windows, us (2026-11-27 d, call 2): q|k|v 53.6 -> 49.8 /
+# 291.2 -> 301.9, o 20.7 -> 19.6 / 123.2 -> 117.3, fc1 (64 x 128 before) about 113 -> 84.6 / 591 -> 485.1,
+# fc2 67.4 -> 58.6 / 472.8 -> 374.8. One window (120 tiles of 128 x 256 on 132 SMs) keeps the table's.
+WIDE_TILES_BY_GPU = {
+    "NVIDIA H100 80GB HBM3": (3000, frozenset((n, k, torch.bfloat16) for n, k in
+                                              ((3840, 1280), (1280, 1280), (5120, 1280), (1280, 5120)))),
 }
 
 
@@ -222,9 +245,10 @@ GEMV_MAX_ROWS = 2
 GEMV_STEP_BYTES = 512
 
 
-def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype, gelu: bool = False) -> tuple[str, tuple[int, ...]]:
+def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype, gelu: bool = False,
+                 gpu: str = "") -> tuple[str, tuple[int, ...]]:
     """("gemv", (BLOCK_N, BLOCK_K)) or ("gemm", (BLOCK_M, BLOCK_N, BLOCK_K)) for one problem size
-    (N: weight rows read, both halves of a gated weight).
+    (N: weight rows read, both halves of a gated weight) on the GPU named ``gpu`` (WIDE_TILES_BY_GPU).
 
     K steps are counted in bytes where the dtype matters (fp32 tiles move as many bytes as bf16
     ones). The emulator pays per block and per tile operation, not per element: there it takes
@@ -246,6 +270,9 @@ def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype, gelu: bool = False)
     if M <= 64:
         # Still bound by reading the weight once: narrow column tiles give the SMs enough blocks.
         return "gemm", (64, 32, 2 * step)
+    min_rows, wide_shapes = WIDE_TILES_BY_GPU.get(gpu, (0, frozenset()))
+    if M >= min_rows and (N, K, dtype) in wide_shapes:
+        return "gemm", (128, 256, step)
     if gelu:
         # The exact GELU's polynomial in the epilogue needs registers beside a 128 x 128 accumulator.
         return "gemm", (64, 128, step)
@@ -274,9 +301,10 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
     if out is None:
         out = torch.empty((*x.shape[:-1], N), dtype=x.dtype, device=x.device)
     out_rows = _rows_of(out, "linear out")
-    kind, tile = tiles or linear_tiles(M, weight.shape[0], K, x.dtype, gelu)
+    gpu = gpu_name(x.device)
+    kind, tile = tiles or linear_tiles(M, weight.shape[0], K, x.dtype, gelu, gpu)
     if hints is None:
-        hints = kernel_hints(gpu_name(x.device), ("gated " if gated else "") + kind, tile, M)
+        hints = kernel_hints(gpu, ("gated " if gated else "") + kind, tile, M)
     kernel = with_hints(gemv_kernel if kind == "gemv" else gemm_kernel, hints)
     # Unused array arguments get any array of the right kind: the constant flags compile their loads away.
     bias_arg = weight[0] if bias is None else bias
@@ -296,6 +324,32 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
     return out
 
 
+# Rows a norm block takes on a GPU (KERNEL_HINTS_BY_GPU has the occupancy to go with them). The emulator
+# pays per block, so there a block takes at least as many as the course's rows_per_block.
+NORM_ROWS = {"layernorm": 4, "rmsnorm": 1}
+
+
+def _norm(kind: str, kernel, x: torch.Tensor, params: tuple, eps: float) -> torch.Tensor:
+    rows = _rows_of(x, kind + " x")
+    y = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+    block = next_power_of_2(rows.shape[1])
+    per_block = max(NORM_ROWS[kind], rows_per_block(rows.shape[0], block)) if EMULATED else NORM_ROWS[kind]
+    hints = kernel_hints(gpu_name(x.device), kind, (per_block, block), rows.shape[0])
+    launch((cdiv(rows.shape[0], per_block),), with_hints(kernel, hints), rows, *params, y, float(eps), per_block,
+           block)
+    return y.view(x.shape)
+
+
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """torch.nn.functional.layer_norm over the last dimension: the course's layernorm_kernel."""
+    return _norm("layernorm", layernorm_kernel, x, (weight, bias), eps)
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dimension, in x.dtype: the course's rmsnorm_kernel."""
+    return _norm("rmsnorm", rmsnorm_kernel, x, (weight,), eps)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, gelu: bool = False,
            accumulate_into: torch.Tensor | None = None, precision: str, tiles=None) -> torch.Tensor:
     """[accumulate_into +] [gelu](x @ weight^T + bias), in x.dtype.
@@ -310,8 +364,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 def rms_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor, *, precision: str,
                rmsnorm) -> torch.Tensor:
-    """rmsnorm(x) @ weight^T: the RMSNorm inside the GEMV for a decode row, else ``rmsnorm`` (the
-    course launcher) then the GEMM."""
+    """rmsnorm(x) @ weight^T: the RMSNorm inside the GEMV for a decode row, else ``rmsnorm`` (a norm
+    launcher: this file's, or the course's) then the GEMM."""
     if as_rows(x).shape[0] <= GEMV_MAX_ROWS:
         return _launch(x, weight, None, None, prologue=RMSNORM, norm_weight=norm_weight, eps=eps, precision=precision)
     return linear(rmsnorm(x, norm_weight, eps), weight, precision=precision)

@@ -18,7 +18,7 @@ that saves a round trip through memory or a launch. Read top to bottom:
   greedy_head     RMSNorm + lm_head + argmax fused: the logits never reach memory.
 
 Kernels: fast_linear.py (GEMM / GEMV), fast_attention.py, fast_rope.py, fast_head.py; shared with the
-course path: layers.layernorm_kernel (launched here with more rows a block) and rmsnorm,
+course path: layers.layernorm_kernel and rmsnorm_kernel (launched by fast_linear at their own rows a block),
 rope.rope_tables / apply_rope, glue (embedding, token positions, KV-cache write) and conv's
 unfolding. This file holds the cuTile launches; the model
 around them (weights, RoPE tables, the encoder stack, projector, embedding, logits) is FastPathModel
@@ -35,31 +35,15 @@ from glm_asr_course.model.fast_model import FastPathModel
 from glm_asr_course.model.precision import Precision
 from glm_asr_course.model.regions import region
 from glm_asr_course.runtimes.cutile import launch
-from glm_asr_course.runtimes.tile_helpers import cdiv, next_power_of_2, rows_per_block
+from glm_asr_course.runtimes.tile_helpers import cdiv, next_power_of_2
 
 from .conv import TAPS, conv_unfold_kernel
 from .fast_attention import EMULATED, decode_attention, flash_attention
 from .fast_head import greedy_head
-from .fast_linear import linear, llama_mlp
+from .fast_linear import layernorm, linear, llama_mlp, rmsnorm
 from .fast_rope import project_qkv_into_cache
 from .glue import token_positions
-from .layers import layernorm_kernel, rmsnorm
 from .rope import apply_rope
-
-# Rows a LayerNorm block takes at least: at the encoder's 1500 x 1280 (bf16, H100) 8.7 us at 4 rows against
-# 13.5 us at the 2 the course launcher gives a 2048-lane row (glm_asr_lab/tuning/sweep_cutile_fast.py --only norm).
-LAYERNORM_MIN_ROWS = 4
-
-
-def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-    """The course's layernorm_kernel over the rows of contiguous x, LAYERNORM_MIN_ROWS or more a block."""
-    width = x.shape[-1]
-    rows = x.view(-1, width)
-    y = torch.empty_like(rows)
-    block = next_power_of_2(width)
-    per_block = max(LAYERNORM_MIN_ROWS, rows_per_block(rows.shape[0], block))
-    launch((cdiv(rows.shape[0], per_block),), layernorm_kernel, rows, weight, bias, y, float(eps), per_block, block)
-    return y.view(x.shape)
 
 
 def conv1d_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: int, *, precision: str):

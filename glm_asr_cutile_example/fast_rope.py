@@ -16,9 +16,8 @@ import torch
 from glm_asr_course.runtimes.cutile import ct, launch
 from glm_asr_course.runtimes.tile_helpers import EMULATED, next_power_of_2, round_as
 
-from .fast_linear import GEMV_STEP_BYTES, RMSNORM, gemv_rows, rms_linear
+from .fast_linear import GEMV_STEP_BYTES, RMSNORM, gemv_rows, rms_linear, rmsnorm
 from .glue import write_kv_cache
-from .layers import rmsnorm
 from .rope import apply_rope
 
 

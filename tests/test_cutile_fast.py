@@ -170,6 +170,56 @@ def test_flash_attention_takes_the_gpus_hint_from_its_rows(monkeypatch):
     assert torch.equal(hinted[:1], plain_rows)
 
 
+def test_wide_tiles_come_with_their_worker_warps(monkeypatch):
+    """Each WIDE_TILES_BY_GPU shape takes 128 x 256 tiles from its min_rows on, not one row before, and its
+    GPU has worker warps for that tile (without them the tile spills and runs 10x slower); no other GPU
+    takes the wide tile."""
+    monkeypatch.setattr(fast_linear, "EMULATED", False)
+    assert fast_linear.WIDE_TILES_BY_GPU
+    for gpu, (min_rows, shapes) in fast_linear.WIDE_TILES_BY_GPU.items():
+        for N, K, dtype in shapes:
+            kind, tile = fast_linear.linear_tiles(min_rows, N, K, dtype, gpu=gpu)
+            assert (kind, tile[:2]) == ("gemm", (128, 256))
+            assert "num_worker_warps" in fast_linear.kernel_hints(gpu, kind, tile, min_rows)
+            assert fast_linear.linear_tiles(min_rows - 1, N, K, dtype, gpu=gpu)[1][:2] != (128, 256)
+            assert fast_linear.linear_tiles(min_rows, N, K, dtype, gpu="another GPU")[1][:2] != (128, 256)
+
+
+@pytest.mark.parametrize("dtype", [FP32, BF16])
+@pytest.mark.parametrize("shape", [(1, 40), (3, 100), (2, 17, 40)])
+def test_norm_launchers_match_torch(dtype, shape):
+    """fast_linear's LayerNorm and RMSNorm launchers (the course kernels at the fast path's rows a block)
+    against torch, RMSNorm's row rounded to the dtype before the weight as transformers does."""
+    x = rand(*shape, dtype=dtype, scale=3.0) + 0.5
+    weight, bias = rand(shape[-1], dtype=dtype, seed=1), rand(shape[-1], dtype=dtype, seed=2)
+    tol = 2e-6 if dtype == FP32 else 1e-2
+    ref = torch.nn.functional.layer_norm(x.double(), shape[-1:], weight.double(), bias.double(), 1e-5)
+    assert rel_err(fast_linear.layernorm(x, weight, bias, 1e-5), ref) <= tol
+    xd = x.double()
+    normed = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5)).to(dtype).double()
+    assert rel_err(fast_linear.rmsnorm(x, weight, 1e-5), normed * weight.double()) <= tol
+
+
+def test_norm_launchers_take_the_gpus_rows_and_hints(monkeypatch):
+    """On a GPU the norms take NORM_ROWS rows a block and the GPU's hints at that tile (here a made-up GPU's),
+    computing what the plain kernel does; every norm entry of KERNEL_HINTS_BY_GPU is at a tile they launch."""
+    launched = record_launches(monkeypatch, fast_linear)
+    x, weight = rand(5, 40, dtype=BF16, scale=3.0), rand(40, dtype=BF16, seed=1)
+    plain = fast_linear.rmsnorm(x, weight, 1e-5)
+    monkeypatch.setattr(fast_linear, "EMULATED", False)
+    monkeypatch.setattr(fast_linear, "gpu_name", lambda device: "test GPU")
+    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU",
+                        {("rmsnorm", (fast_linear.NORM_ROWS["rmsnorm"], 64)): ((1, {"occupancy": 8}),)})
+    launched.clear()
+    assert torch.equal(fast_linear.rmsnorm(x, weight, 1e-5), plain)
+    assert [(k._pyfunc, k.compiler_options) for k in launched] == [(fast_linear.rmsnorm_kernel._pyfunc,
+                                                                     {"occupancy": 8})]
+    for table in fast_linear.KERNEL_HINTS_BY_GPU.values():
+        for kind, tile in table:
+            if kind in fast_linear.NORM_ROWS:
+                assert tile[0] == fast_linear.NORM_ROWS[kind], (kind, tile)
+
+
 # ---------------------------------------------------------------------------------------------
 # Attention
 # ---------------------------------------------------------------------------------------------
