@@ -42,7 +42,9 @@
 #             test clip, the 45 s and the 5-minute clips, arms in A B B A order, ids held to the table's)
 #   long_clips  where the time of the long clips goes, both fast paths side by side (benchmark_detailed.py
 #             --compare on the 45 s and 5-minute clips of glm_asr_lab/gpu/clips.py, bf16, 13 tokens): components
-#             and kernel classes, long_clips/*.json, the largest gaps in summary.md (about 4 min)
+#             and kernel classes, long_clips/*.json, the largest gaps in summary.md (about 2 min on an H100)
+#   sweep_long  where long_clips found cuTile slowest: its encoder GEMMs over 2 and 10 windows at large tiles
+#             under each compiler hint, its LayerNorm and RMSNorm by rows a block and occupancy
 #   timeline  the decode step launch by launch, both fast paths, with and without programmatic
 #             dependent launch (about 2 min)
 #   all       bench parity regret clips kernels robust detailed grade grade_cutile
@@ -59,8 +61,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR=$2; shift 2 ;;
         all) PARTS+=(bench parity regret clips kernels robust detailed grade grade_cutile); shift ;;
-        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|long_clips|timeline|tune|sweep|sweep_gemm|sweep_attention|ab_hints) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath long_clips timeline tune sweep sweep_gemm sweep_attention ab_hints all" >&2
+        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|long_clips|sweep_long|timeline|tune|sweep|sweep_gemm|sweep_attention|ab_hints) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath long_clips sweep_long timeline tune sweep sweep_gemm sweep_attention ab_hints all" >&2
            exit 2 ;;
     esac
 done
@@ -327,6 +329,16 @@ for part in "${PARTS[@]}"; do
             if has_cutile; then
                 step "sweep: cuTile decode" 300 python3 -m glm_asr_lab.tuning.sweep_cutile_fast --only gemv,decode
                 step "sweep: cuTile compiler hints" 200 python3 -m glm_asr_lab.tuning.sweep_cutile_fast --only hints
+            fi
+            ;;
+        sweep_long)
+            # Where long_clips found cuTile slowest against Triton (2026-11-27 d, ten windows): the encoder's
+            # GEMMs (large tiles x hints) and the norms (rows a block x occupancy).
+            if has_cutile; then
+                step "sweep: cuTile encoder GEMMs over 2 and 10 windows" 330 python3 -m glm_asr_lab.tuning.sweep_cutile_fast \
+                    --only long_gemm
+                step "sweep: cuTile LayerNorm and RMSNorm by rows" 200 python3 -m glm_asr_lab.tuning.sweep_cutile_fast \
+                    --only norm
             fi
             ;;
         sweep_gemm)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tile sweep of the cuTile fast path's kernels at the model's real shapes, on a GPU.
 
-    python -m glm_asr_lab.tuning.sweep_cutile_fast [--precision bf16|tf32] [--only gemv,head,gemm,prefill,flash,decode,norm,hints]
+    python -m glm_asr_lab.tuning.sweep_cutile_fast [--precision bf16|tf32] [--only gemv,head,gemm,prefill,flash,decode,norm,hints,long_gemm]
 
 Each candidate is checked against torch (one line per failure; the GEMVs are checked by the
 self-checks instead) and timed as a CUDA graph of 20 launches (glm_asr_course.timer), so the ~14 us
@@ -12,7 +12,10 @@ operands, which L2 holds where they fit. Prints one line per candidate
 chosen tiles go into the tile functions of glm_asr_cutile_example/fast_*.py by hand, with the
 figures in docs/performance.md. The hints section times the linear launches and the encoder's flash
 attention at the table's tiles with each of ct.kernel's compiler hints (occupancy, num_ctas,
-num_worker_warps); winners go into fast_linear.KERNEL_HINTS_BY_GPU, keyed by the GPU's name.
+num_worker_warps); winners go into fast_linear.KERNEL_HINTS_BY_GPU, keyed by the GPU's name. The
+long_gemm section times the encoder's GEMMs over several windows at each large tile under each hint,
+and the norm section the LayerNorm and RMSNorm at each rows-a-block under each occupancy: where
+`gpu_check.sh long_clips` found cuTile slowest against Triton on long clips.
 """
 
 import argparse
@@ -31,6 +34,12 @@ COPIES = 20  # distinct weights a gemv timing cycles through (20 x 8 MB, the sma
 # compiler warp-specialises (cuda.tile 1.7 with tileiras 13.3+; 4 and 8 only before 13.5).
 HINT_SETS = ({}, {"occupancy": 1}, {"occupancy": 2}, {"occupancy": 4}, {"num_ctas": 2},
              {"num_worker_warps": 4}, {"num_worker_warps": 8})
+# The long_gemm and norm sections': a large GEMM tile under each hint that gained somewhere (KERNEL_HINTS_BY_GPU), and a
+# memory-bound norm under rising occupancy (more resident blocks, more loads in flight).
+LONG_GEMM_TILES = ((128, 128, 64), (128, 256, 64), (256, 128, 64))
+LONG_GEMM_HINTS = ({}, {"occupancy": 1}, {"occupancy": 2}, {"occupancy": 4}, {"num_ctas": 2},
+                   {"num_worker_warps": 8})
+NORM_HINTS = ({}, {"occupancy": 2}, {"occupancy": 4}, {"occupancy": 8}, {"occupancy": 16})
 
 
 def timed(fn, reps=COPIES):
@@ -45,7 +54,7 @@ def timed(fn, reps=COPIES):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--precision", choices=["bf16", "tf32"], default="bf16")
-    parser.add_argument("--only", default="gemv,head,gemm,prefill,flash,decode,norm,hints")
+    parser.add_argument("--only", default="gemv,head,gemm,prefill,flash,decode,norm,hints,long_gemm")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -235,25 +244,73 @@ def main(argv=None) -> int:
                                                               precision="tf32", split_size=s, tiles=t),
                               lambda o: rel(o, ref)))
             report("decode", f"cache {Tmax} live {valid}", cands, 2 * valid * Hkv * D * e, "GB/s")
+    if "long_gemm" in parts:
+        long_gemms(rand, rel, report, dtype)
     if "norm" in parts:
-        # The encoder's LayerNorm (the course kernel, which the fast path launches): rows per block.
-        from glm_asr_course.runtimes.tile_helpers import cdiv, next_power_of_2
-        from glm_asr_cutile_example import layers
-        from glm_asr_course.runtimes.cutile import launch
+        norms(rand, rel, report, dtype)
+    return 0
 
-        rows, width = 1500, 1280
-        x, w_ln, b_ln = rand(rows, width), rand(width), rand(width)
+
+def long_gemms(rand, rel, report, dtype, windows=(2, 10), window_rows=1500):
+    """The encoder's four GEMMs over ``windows`` windows of ``window_rows`` frames (`gpu_check.sh long_clips`,
+    2026-11-27 d: cuTile's are 1.47x Triton's over ten) at each LONG_GEMM_TILES tile under each hint, each
+    held to the table's own launch."""
+    from glm_asr_course.runtimes import gpu_name
+    from glm_asr_cutile_example import fast_linear
+
+    for count in windows:
+        M = window_rows * count
+        for name, N, K, how in (("q|k|v", 3840, 1280, {}), ("o", 1280, 1280, dict(accumulate=True)),
+                                ("fc1", 5120, 1280, dict(gelu=True)), ("fc2", 1280, 5120, dict(accumulate=True))):
+            x, w = rand(M, K), rand(N, K, scale=K ** -0.5)
+            out = torch.empty(M, N, device=x.device, dtype=dtype)
+
+            def once(tiles, hints, x=x, w=w, out=out, how=how):
+                """One launch into a zeroed output (an accumulating launch adds to it)."""
+                out.zero_()
+                return fast_linear._launch(x, w, None, out, precision="tf32", tiles=tiles, hints=hints,
+                                           **how).clone()
+
+            plain = once(None, None)
+            cands = [((tile, hints or "defaults"),
+                      lambda t=("gemm", tile), h=hints, x=x, w=w, out=out, how=how: fast_linear._launch(
+                          x, w, None, out, precision="tf32", tiles=t, hints=h, **how),
+                      lambda _, t=("gemm", tile), h=hints: rel(once(t, h), plain))
+                     for tile in LONG_GEMM_TILES for hints in LONG_GEMM_HINTS]
+            gpu = gpu_name(x.device)
+            chosen = fast_linear.linear_tiles(M, N, K, dtype, how.get("gelu", False), gpu)[1]
+            print(f"enc {name} x{count}: the table's tiles {chosen}, hints "
+                  f"{fast_linear.kernel_hints(gpu, 'gemm', chosen, M) or 'defaults'}")
+            report("long gemm", f"enc {name} {M}x{N}x{K}", cands, 2 * M * N * K / 1e3, "TFLOP/s")
+
+
+def norms(rand, rel, report, dtype, windows=(1, 2, 10), window_rows=1500, prompt_rows=(59, 3765)):
+    """LayerNorm over the encoder's ``windows`` and RMSNorm over ``prompt_rows`` prompt tokens (2026-11-27 d:
+    cuTile's read about 1 TB/s where Triton's read 2.3) at each rows-a-block under each NORM_HINTS
+    occupancy, held to torch."""
+    from glm_asr_course.runtimes.cutile import launch, with_hints
+    from glm_asr_course.runtimes.tile_helpers import cdiv, next_power_of_2
+    from glm_asr_cutile_example import layers
+
+    shapes = [("layernorm", window_rows * count, 1280) for count in windows]
+    shapes += [("rmsnorm", rows, 2048) for rows in prompt_rows]
+    for kind, rows, width in shapes:
+        x, weight, bias = rand(rows, width), rand(width), rand(width)
         y = torch.empty_like(x)
-        ref = torch.nn.functional.layer_norm(x.float(), (width,), w_ln.float(), b_ln.float(), 1e-5)
+        if kind == "layernorm":
+            ref = torch.nn.functional.layer_norm(x.float(), (width,), weight.float(), bias.float(), 1e-5)
+        else:
+            ref = torch.nn.functional.rms_norm(x.float(), (width,), weight.float(), 1e-5)
         block = next_power_of_2(width)
         cands = []
-        for per_block in (1, 2, 4, 8, 16):
-            def run(per_block=per_block):
-                launch((cdiv(rows, per_block),), layers.layernorm_kernel, x, w_ln, b_ln, y, 1e-5, per_block, block)
+        for per_block, hints in itertools.product((1, 2, 4, 8), NORM_HINTS):
+            def run(per_block=per_block, hints=hints, kind=kind, x=x, weight=weight, bias=bias, y=y, block=block):
+                kernel = with_hints(layers.layernorm_kernel if kind == "layernorm" else layers.rmsnorm_kernel, hints)
+                norm_args = (weight, bias) if kind == "layernorm" else (weight,)
+                launch((cdiv(x.shape[0], per_block),), kernel, x, *norm_args, y, 1e-5, per_block, block)
                 return y
-            cands.append(((per_block, block), run, lambda o: rel(o, ref)))
-        report("layernorm", f"{rows}x{width}", cands, 2 * rows * width * e, "GB/s")
-    return 0
+            cands.append(((per_block, hints or "defaults"), run, lambda o, ref=ref: rel(o, ref)))
+        report(kind, f"{rows}x{width}", cands, 2 * rows * width * dtype.itemsize, "GB/s")
 
 
 if __name__ == "__main__":
