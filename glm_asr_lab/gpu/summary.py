@@ -258,35 +258,40 @@ def fastpath_tables(out: Path) -> list[str]:
 
 
 def long_clips_tables(out: Path, largest: int = 8) -> list[str]:
-    """The long_clips part: per clip, each fast path's components (wall ms) and the kernel classes where the
-    second path (cuTile's, when it ran) spends most beyond the first, from benchmark_detailed.py --compare."""
+    """The long_clips part: per clip, each fast path's components in kernel ms of the profiled run (the encoder
+    runs inside the replayed prompt graph, where no region has a wall time of its own) and, when a second path
+    ran (cuTile's), the kernel classes where it spends most beyond the first. benchmark_detailed.py --compare
+    writes the second path's report under "others" and the class table under "comparison"."""
     lines = []
     for report in map(read_json, sorted((out / "long_clips").glob("*.json"))):
-        cmp = report.get("comparison")
-        labels = cmp["labels"] if cmp else [report["label"]]
+        paths = [report, *report.get("others", [])]
+        labels = [path["label"] for path in paths]
+        pair = len(paths) == 2
+        kernel_ms = [{c["key"]: c["kernel_ms"] for c in path["components"]} for path in paths]
         windows = f"{report['windows']} window" + ("s" if report["windows"] != 1 else "")
-        lines += [f"Long clip, {report['audio_seconds']:.1f} s ({windows}, prompt "
-                  f"{report['prompt_len']}, {report['tokens']} tokens), {report['precision']}, median wall ms: "
-                  f"{' / '.join(labels)}", ""]
-        if not cmp:
-            lines += ["| component | ms |", "| --- | --- |"]
-            lines += [f"| {c['name']} | {c['wall_ms']:.2f} |" for c in report["components"] if c["level"] <= 1]
-            lines += [f"| end to end | {report['end_to_end']['median_ms']:.2f} |", ""]
-            continue
-        lines += ["| component | " + " | ".join(labels) + " | ratio |", "| --- |" + " --- |" * (len(labels) + 1)]
-        for row in cmp["components"]:
-            if row["level"] <= 1:
-                first, second = row["ms"][0], row["ms"][1]
-                ratio = f"{second / first:.2f}×" if first and second else "-"
-                lines.append(f"| {'· ' * row['level']}{row['name']} | " + " | ".join(cell(ms, ".2f") for ms in row["ms"])
-                             + f" | {ratio} |")
-        slower = [row for row in cmp["classes"] if row["ms"][1] > row["ms"][0]]
-        gaps = sorted(slower, key=lambda row: row["ms"][0] - row["ms"][1])[:largest]
-        lines += ["", f"Kernel classes where {labels[1]} spends most beyond {labels[0]} (kernel ms, profiled run):",
-                  "", "| phase | class | " + " | ".join(labels) + " | extra ms |",
-                  "| --- | --- |" + " --- |" * (len(labels) + 1)]
-        lines += [f"| {row['phase']} | {row['class']} | " + " | ".join(f"{ms:.2f}" for ms in row["ms"])
-                  + f" | {row['ms'][1] - row['ms'][0]:+.2f} |" for row in gaps]
+        lines += [f"Long clip, {report['audio_seconds']:.1f} s ({windows}, prompt {report['prompt_len']}, "
+                  f"{report['tokens']} tokens), {report['precision']}, kernel ms of the profiled run: "
+                  f"{' / '.join(labels)}", "",
+                  "| component | " + " | ".join(labels) + (" | ratio |" if pair else " |"),
+                  "| --- |" + " --- |" * (len(labels) + pair)]
+        rows = [(f"{'· ' * c['level']}{c['name']}", [ms[c["key"]] for ms in kernel_ms])
+                for c in report["components"] if c["level"] <= 1]
+        rows.append(("end to end (median wall ms)", [path["end_to_end"]["median_ms"] for path in paths]))
+        for name, values in rows:
+            ratio = ""
+            if pair:
+                first, second = values
+                ratio = f" {second / first:.2f}× |" if first and second else " - |"
+            lines.append(f"| {name} | " + " | ".join(cell(ms, ".2f") for ms in values) + " |" + ratio)
+        cmp = report.get("comparison")
+        if pair and cmp:
+            slower = [row for row in cmp["classes"] if row["ms"][1] > row["ms"][0]]
+            gaps = sorted(slower, key=lambda row: row["ms"][0] - row["ms"][1])[:largest]
+            lines += ["", f"Kernel classes where {labels[1]} spends most beyond {labels[0]} (kernel ms, profiled run):",
+                      "", "| phase | class | " + " | ".join(labels) + " | extra ms |",
+                      "| --- | --- |" + " --- |" * (len(labels) + 1)]
+            lines += [f"| {row['phase']} | {row['class']} | " + " | ".join(f"{ms:.2f}" for ms in row["ms"])
+                      + f" | {row['ms'][1] - row['ms'][0]:+.2f} |" for row in gaps]
         lines.append("")
     return lines
 
