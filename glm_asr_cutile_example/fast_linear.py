@@ -12,7 +12,7 @@
                   kernel before it drains
 
 ``layernorm`` and ``rmsnorm`` launch the course's norm kernels, which feed the GEMMs of more than one
-row, at the rows a block and the occupancy that read fastest.
+row, at the rows a block and the occupancy that read fastest where a GPU was measured (NORM_ROWS_BY_GPU).
 
 ``linear``, ``llama_mlp`` and ``rms_linear`` pick the kernel and its tiles (``linear_tiles``). Every
 kernel rounds to the activation dtype where transformers materialises a tensor (a Linear's output
@@ -173,10 +173,10 @@ def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], H
 
 
 # Compiler hints (ct.kernel's occupancy, num_ctas, num_worker_warps) for a launch kind ("gemv", "gated
-# gemv", "gemm", "gated gemm"; "flash" for fast_attention's flash attention) at one tile (linear_tiles',
-# _flash_tiles'), by the name CUDA gives the GPU: what
-# glm_asr_lab/tuning/sweep_cutile_fast.py's hints section found faster than the compiler's defaults
-# (docs/performance.md). Each entry is ((min_rows, hints), ...) in rising min_rows: a launch of M rows
+# gemv", "gemm", "gated gemm"; "flash" for fast_attention's flash attention; "layernorm", "rmsnorm") at
+# one tile (linear_tiles', _flash_tiles', or (rows a block, BLOCK_N) for a norm), by the name CUDA gives
+# the GPU: what glm_asr_lab/tuning/sweep_cutile_fast.py's hints, long_gemm and norm sections found faster
+# than the compiler's defaults (docs/performance.md). Each entry is ((min_rows, hints), ...) in rising min_rows: a launch of M rows
 # takes the last hints whose min_rows <= M, since the best hint can change with the number of rows
 # (an encoder window against a 5-minute clip's ten). A GPU, kind, tile or row count not listed gets
 # the defaults.
@@ -201,29 +201,30 @@ KERNEL_HINTS_BY_GPU = {
         # warps only from 3,000 rows, where they were measured; shorter prompts keep the clusters.
         ("gated gemm", (128, 128, 64)): ((1, {"num_ctas": 2}), (3000, {"num_worker_warps": 8})),
         ("flash", (128, 128, 64)): ((1, {"occupancy": 2}),),
-        # The 64 x 128 tile (the encoder's fc1 and the conv stem) at occupancy 4: fc1 66.5 -> 56.4 us over
-        # one window, 742 -> 591 over ten. The 128 x 128 GEMMs gain at occupancy 4 from two windows on (ten
-        # windows: q|k|v 383 -> 303 us, o 151 -> 127, fc2 566 -> 406) but not over one (q|k|v 30.1 us by
-        # default, 30.9 at occupancy 2). A long prompt's q|k|v, o and down take it too (down 166 -> 169
-        # us; the 5-minute prompt's kernels 29.4 -> 29.3 ms). End to end, 5-minute clip: 139.2 / 141.0 ->
-        # 130.5 ms; test clip 29.93 / 29.88 -> 29.49 (2026-11-27, one H100, docs/performance.md).
+        # The 64 x 128 tile (the encoder's fc1 over one window, and the conv stem) at occupancy 4: fc1 66.5
+        # -> 56.4 us. The 128 x 128 GEMMs gained at occupancy 4 from two windows on (ten windows: q|k|v 383
+        # -> 303 us, o 151 -> 127, fc2 566 -> 406) but not over one (q|k|v 30.1 us by default, 30.9 at
+        # occupancy 2). From two windows the encoder now takes WIDE_TILES_BY_GPU's tile, so from 3,000 rows
+        # this entry serves a long prompt's q|k|v, o and down (down 166 -> 169 us; the 5-minute prompt's
+        # kernels 29.4 -> 29.3 ms). 2026-11-27, one H100, docs/performance.md.
         ("gemm", (64, 128, 64)): ((1, {"occupancy": 4}),),
         ("gemm", (128, 128, 64)): ((3000, {"occupancy": 4}),),
-        # WIDE_TILES_BY_GPU's 128 x 256 tile needs the worker warps: at the compiler's defaults it runs 10x
+        # WIDE_TILES_BY_GPU's 128 x 256 tile needs the worker warps: at the compiler's defaults it runs 13x
         # slower (the encoder's fc2 over ten windows: 4,886 us, against 375 with them; 2026-11-27 d, call 2).
         ("gemm", (128, 256, 64)): ((1, {"num_worker_warps": 8}),),
         # The norms read about 1 TB/s at the defaults. LayerNorm, 15,000 x 1,280: 81.6 -> 37.3 us (1,500 rows:
         # 8.8 -> 5.6). RMSNorm, a 3,765-token prompt: 24.1 us at the course's 2 rows a block, 8.8 at one row
-        # and occupancy 8 (59 rows: 2.3 either way). 2026-11-27 d, call 2.
+        # and occupancy 8 (NORM_ROWS_BY_GPU); 59 rows: 2.8 -> 2.4. 2026-11-27 d, call 2.
         ("layernorm", (4, 2048)): ((1, {"occupancy": 4}),),
         ("rmsnorm", (1, 2048)): ((1, {"occupancy": 8}),),
     },
 }
 
-# Weight shapes (N, K, dtype) whose GEMMs take 128 x 256 tiles from min_rows rows on, by GPU: the encoder's
-# four over two windows and more. H100, bf16, 2 / 10 windows, us (2026-11-27 d, call 2): q|k|v 53.6 -> 49.8 /
-# 291.2 -> 301.9, o 20.7 -> 19.6 / 123.2 -> 117.3, fc1 (64 x 128 before) about 113 -> 84.6 / 591 -> 485.1,
-# fc2 67.4 -> 58.6 / 472.8 -> 374.8. One window (120 tiles of 128 x 256 on 132 SMs) keeps the table's.
+# Weight shapes (N, K, dtype) whose GEMMs, not gated, take 128 x 256 tiles from min_rows rows on, by GPU: the
+# encoder's four over two windows and more. H100, bf16, 2 / 10 windows, us (2026-11-27 d, call 2; fc1's
+# 64 x 128 figures from 2026-11-27 b): q|k|v 53.6 -> 49.8 / 291.2 -> 301.9 (a 4 % loss over ten windows,
+# taken for one rule), o 20.7 -> 19.6 / 123.2 -> 117.3, fc1 104.6 -> 84.6 / 591 -> 485.1, fc2 67.4 -> 58.6 /
+# 472.8 -> 374.8. One window was not timed at this tile with worker warps: it keeps linear_tiles' rule.
 WIDE_TILES_BY_GPU = {
     "NVIDIA H100 80GB HBM3": (3000, frozenset((n, k, torch.bfloat16) for n, k in
                                               ((3840, 1280), (1280, 1280), (5120, 1280), (1280, 5120)))),
@@ -245,8 +246,8 @@ GEMV_MAX_ROWS = 2
 GEMV_STEP_BYTES = 512
 
 
-def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype, gelu: bool = False,
-                 gpu: str = "") -> tuple[str, tuple[int, ...]]:
+def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype, gelu: bool = False, gpu: str = "",
+                 gated: bool = False) -> tuple[str, tuple[int, ...]]:
     """("gemv", (BLOCK_N, BLOCK_K)) or ("gemm", (BLOCK_M, BLOCK_N, BLOCK_K)) for one problem size
     (N: weight rows read, both halves of a gated weight) on the GPU named ``gpu`` (WIDE_TILES_BY_GPU).
 
@@ -271,7 +272,7 @@ def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype, gelu: bool = False,
         # Still bound by reading the weight once: narrow column tiles give the SMs enough blocks.
         return "gemm", (64, 32, 2 * step)
     min_rows, wide_shapes = WIDE_TILES_BY_GPU.get(gpu, (0, frozenset()))
-    if M >= min_rows and (N, K, dtype) in wide_shapes:
+    if M >= min_rows and (N, K, dtype) in wide_shapes and not gated:
         return "gemm", (128, 256, step)
     if gelu:
         # The exact GELU's polynomial in the epilogue needs registers beside a 128 x 128 accumulator.
@@ -302,7 +303,7 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
         out = torch.empty((*x.shape[:-1], N), dtype=x.dtype, device=x.device)
     out_rows = _rows_of(out, "linear out")
     gpu = gpu_name(x.device)
-    kind, tile = tiles or linear_tiles(M, weight.shape[0], K, x.dtype, gelu, gpu)
+    kind, tile = tiles or linear_tiles(M, weight.shape[0], K, x.dtype, gelu, gpu, gated)
     if hints is None:
         hints = kernel_hints(gpu, ("gated " if gated else "") + kind, tile, M)
     kernel = with_hints(gemv_kernel if kind == "gemv" else gemm_kernel, hints)
@@ -324,17 +325,30 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
     return out
 
 
-# Rows a norm block takes on a GPU (KERNEL_HINTS_BY_GPU has the occupancy to go with them). The emulator
-# pays per block, so there a block takes at least as many as the course's rows_per_block.
-NORM_ROWS = {"layernorm": 4, "rmsnorm": 1}
+# Rows a norm block takes. LayerNorm: 4 on every GPU (1,500 x 1,280 on an H100: 8.7 us against 13.5 at the
+# course's 2; 2026-11-26 night). RMSNorm: the course's rows_per_block, or NORM_ROWS_BY_GPU's where a GPU's
+# occupancy hint makes fewer rows faster: one row at the defaults is the slowest choice (a 3,765-token
+# prompt on an H100: 35.6 us, against 24.1 at the course's 2). The emulator pays per block: there a block
+# takes at least the course's rows.
+DEFAULT_NORM_ROWS = {"layernorm": 4}
+NORM_ROWS_BY_GPU = {"NVIDIA H100 80GB HBM3": {"rmsnorm": 1}}
+
+
+def norm_rows(kind: str, gpu: str, n_rows: int, block: int) -> int:
+    """Rows a ``kind`` ("layernorm" or "rmsnorm") block takes over n_rows rows of ``block`` lanes on ``gpu``."""
+    course = rows_per_block(n_rows, block)
+    if EMULATED:
+        return max(course, DEFAULT_NORM_ROWS.get(kind, 1))
+    return NORM_ROWS_BY_GPU.get(gpu, {}).get(kind) or DEFAULT_NORM_ROWS.get(kind, course)
 
 
 def _norm(kind: str, kernel, x: torch.Tensor, params: tuple, eps: float) -> torch.Tensor:
     rows = _rows_of(x, kind + " x")
     y = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
     block = next_power_of_2(rows.shape[1])
-    per_block = max(NORM_ROWS[kind], rows_per_block(rows.shape[0], block)) if EMULATED else NORM_ROWS[kind]
-    hints = kernel_hints(gpu_name(x.device), kind, (per_block, block), rows.shape[0])
+    gpu = gpu_name(x.device)
+    per_block = norm_rows(kind, gpu, rows.shape[0], block)
+    hints = kernel_hints(gpu, kind, (per_block, block), rows.shape[0])
     launch((cdiv(rows.shape[0], per_block),), with_hints(kernel, hints), rows, *params, y, float(eps), per_block,
            block)
     return y.view(x.shape)
@@ -362,17 +376,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                    precision=precision, tiles=tiles)
 
 
-def rms_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor, *, precision: str,
-               rmsnorm) -> torch.Tensor:
-    """rmsnorm(x) @ weight^T: the RMSNorm inside the GEMV for a decode row, else ``rmsnorm`` (a norm
-    launcher: this file's, or the course's) then the GEMM."""
+def rms_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor, *,
+               precision: str) -> torch.Tensor:
+    """rmsnorm(x) @ weight^T: the RMSNorm inside the GEMV for a decode row, else ``rmsnorm`` then the GEMM."""
     if as_rows(x).shape[0] <= GEMV_MAX_ROWS:
         return _launch(x, weight, None, None, prologue=RMSNORM, norm_weight=norm_weight, eps=eps, precision=precision)
     return linear(rmsnorm(x, norm_weight, eps), weight, precision=precision)
 
 
 def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_weight: torch.Tensor,
-              down_weight: torch.Tensor, *, precision: str, rmsnorm) -> torch.Tensor:
+              down_weight: torch.Tensor, *, precision: str) -> torch.Tensor:
     """The decoder layer's second half, in place: x += down(silu(gate(h)) * up(h)), h = rmsnorm(x).
 
     gate_up_weight: (2F, H), rows [gate_proj; up_proj]. For decode rows, two GEMVs: gate|up of the
@@ -395,8 +408,6 @@ def llama_mlp(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, gate_up_we
 def _self_check():
     from glm_asr_course.kernels.self_check import SelfCheck
 
-    from .layers import rmsnorm
-
     check = SelfCheck("fast_linear.py", EMULATED, cpu_runner="cuTile emulator", decorator="@ct.kernel")
     on_gpu, dev = check.on_gpu, check.device
     bf16 = torch.bfloat16
@@ -413,15 +424,19 @@ def _self_check():
         return t.float()
 
     eps = 1e-5
-    w1, b1, x1 = rand(F_enc, E, scale=E ** -0.5), rand(F_enc), rand(tokens, E)
-    check.check("gemm_kernel[bias, gelu]", lambda: linear(x1, w1, b1, gelu=True, precision="tf32"),
-                lambda: torch.nn.functional.gelu(f32(x1) @ f32(w1).T + f32(b1)), f"{tokens}x{E}->{F_enc} bf16", 1e-2)
-    w2, b2, r2 = rand(E, F_enc, scale=F_enc ** -0.5), rand(E), rand(tokens, E)
-    x2 = rand(tokens, F_enc)
-    out2 = torch.empty_like(r2)
-    check.check("gemm_kernel[bias, residual]", lambda: linear(x2, w2, b2, accumulate_into=out2.copy_(r2),
-                                                              precision="tf32"),
-                lambda: f32(x2) @ f32(w2).T + f32(b2) + f32(r2), f"{tokens}x{F_enc}->{E} bf16", 1e-2)
+    w1, b1 = rand(F_enc, E, scale=E ** -0.5), rand(F_enc)
+    w2, b2 = rand(E, F_enc, scale=F_enc ** -0.5), rand(E)
+    # On a GPU two windows too: from 3,000 rows a GPU may take WIDE_TILES_BY_GPU's tiles.
+    for rows in (tokens, 2 * tokens) if on_gpu else (tokens,):
+        x1 = rand(rows, E)
+        check.check("gemm_kernel[bias, gelu]", lambda x1=x1: linear(x1, w1, b1, gelu=True, precision="tf32"),
+                    lambda x1=x1: torch.nn.functional.gelu(f32(x1) @ f32(w1).T + f32(b1)),
+                    f"{rows}x{E}->{F_enc} bf16", 1e-2)
+        r2, x2 = rand(rows, E), rand(rows, F_enc)
+        out2 = torch.empty_like(r2)
+        check.check("gemm_kernel[bias, residual]",
+                    lambda r2=r2, x2=x2, out2=out2: linear(x2, w2, b2, accumulate_into=out2.copy_(r2), precision="tf32"),
+                    lambda r2=r2, x2=x2: f32(x2) @ f32(w2).T + f32(b2) + f32(r2), f"{rows}x{F_enc}->{E} bf16", 1e-2)
     norm_w = rand(H)
 
     def rms(t):
@@ -437,13 +452,12 @@ def _self_check():
         x = rand(rows, H, scale=3.0)
         work = torch.empty_like(x)
         check.check(f"llama_mlp[M={rows}]",
-                    lambda x=x, work=work: llama_mlp(work.copy_(x), norm_w, eps, w_gu, w_down, precision="tf32",
-                                                     rmsnorm=rmsnorm),
+                    lambda x=x, work=work: llama_mlp(work.copy_(x), norm_w, eps, w_gu, w_down, precision="tf32"),
                     lambda x=x: mlp_reference(x), f"{rows}x{H}->{F}->{H} bf16", 1e-2, graph=on_gpu)
     x_row = rand(1, H, scale=3.0)
     w_qkv = rand(3 * H // 2, H, scale=H ** -0.5)
     check.check("gemv_kernel[rmsnorm prologue]",
-                lambda: rms_linear(x_row, norm_w, eps, w_qkv, precision="tf32", rmsnorm=rmsnorm),
+                lambda: rms_linear(x_row, norm_w, eps, w_qkv, precision="tf32"),
                 lambda: rms(x_row) @ f32(w_qkv).T, f"1x{H}->{3 * H // 2} bf16", 1e-2, graph=on_gpu)
     x_o, r_o, w_o = rand(1, H), rand(1, H), rand(H, H, scale=H ** -0.5)
     out_o = torch.empty_like(r_o)

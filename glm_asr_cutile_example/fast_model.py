@@ -18,7 +18,8 @@ that saves a round trip through memory or a launch. Read top to bottom:
   greedy_head     RMSNorm + lm_head + argmax fused: the logits never reach memory.
 
 Kernels: fast_linear.py (GEMM / GEMV), fast_attention.py, fast_rope.py, fast_head.py; shared with the
-course path: layers.layernorm_kernel and rmsnorm_kernel (launched by fast_linear at their own rows a block),
+course path: layers.layernorm_kernel and rmsnorm_kernel (launched by fast_linear at their own rows a block,
+except the encoder's last LayerNorm and the logits' RMSNorm, which FastPathModel runs through the course's ops),
 rope.rope_tables / apply_rope, glue (embedding, token positions, KV-cache write) and conv's
 unfolding. This file holds the cuTile launches; the model
 around them (weights, RoPE tables, the encoder stack, projector, embedding, logits) is FastPathModel
@@ -40,7 +41,7 @@ from glm_asr_course.runtimes.tile_helpers import cdiv, next_power_of_2
 from .conv import TAPS, conv_unfold_kernel
 from .fast_attention import EMULATED, decode_attention, flash_attention
 from .fast_head import greedy_head
-from .fast_linear import layernorm, linear, llama_mlp, rmsnorm
+from .fast_linear import layernorm, linear, llama_mlp
 from .fast_rope import project_qkv_into_cache
 from .glue import token_positions
 from .rope import apply_rope
@@ -109,7 +110,7 @@ class FastGlmAsr(FastPathModel):
                                     attn.transpose(1, 2), causal=True, precision=self.dot, kv_start=state.kv_start)
                 linear(attn.view(state.batch * tokens, Hq * D), layer.o_weight, accumulate_into=x, precision=self.dot)
                 llama_mlp(x, layer.ln2_weight, d.rms_norm_eps, layer.gate_up_weight, layer.down_weight,
-                          precision=self.dot, rmsnorm=rmsnorm)
+                          precision=self.dot)
         return x
 
     def greedy_head(self, last_hidden, state):

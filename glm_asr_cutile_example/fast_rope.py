@@ -16,7 +16,7 @@ import torch
 from glm_asr_course.runtimes.cutile import ct, launch
 from glm_asr_course.runtimes.tile_helpers import EMULATED, next_power_of_2, round_as
 
-from .fast_linear import GEMV_STEP_BYTES, RMSNORM, gemv_rows, rms_linear, rmsnorm
+from .fast_linear import GEMV_STEP_BYTES, RMSNORM, gemv_rows, rms_linear
 from .glue import write_kv_cache
 from .rope import apply_rope
 
@@ -104,7 +104,7 @@ def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weigh
                norm_weight, cos, sin, cache_pos, kv_start, q_buffer.view(num_q_heads, head_dim), k_cache, v_cache,
                float(eps), num_q_heads, num_kv_heads, half, block_p, block_k, pdl=True)
         return q_buffer
-    qkv = rms_linear(x, norm_weight, eps, qkv_weight, precision=precision, rmsnorm=rmsnorm)
+    qkv = rms_linear(x, norm_weight, eps, qkv_weight, precision=precision)
     qkv = qkv.view(B, T, num_q_heads + 2 * num_kv_heads, head_dim)
     apply_rope(qkv[:, :, :num_q_heads + num_kv_heads], cos, sin, positions, rotary_dim)
     write_kv_cache(qkv[:, :, num_q_heads:num_q_heads + num_kv_heads], qkv[:, :, num_q_heads + num_kv_heads:],

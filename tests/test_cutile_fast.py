@@ -22,7 +22,6 @@ from glm_asr_course.reference.torch_ops import attention as torch_attention
 from glm_asr_course.reference.torch_ops import rope as torch_rope
 from glm_asr_course.reference.torch_ops import rope_tables as torch_rope_tables
 from glm_asr_cutile_example import fast_attention, fast_head, fast_linear, fast_rope
-from glm_asr_cutile_example.layers import rmsnorm
 from glm_asr_lab.cutile_compile_check import REPO, toolchain_missing
 
 from cutile_launches import record_launches
@@ -103,7 +102,7 @@ def test_llama_mlp_gemv_and_gated_gemm_match_torch(dtype, precision, rows):
     gate, up = gate_up[:, :F].to(dtype).double(), gate_up[:, F:].to(dtype).double()
     activated = (torch.nn.functional.silu(gate).to(dtype).double() * up).to(dtype)
     ref = (as_operand(activated, precision) @ as_operand(w_down, precision).T).to(dtype).double() + xd
-    out = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision=precision, rmsnorm=rmsnorm)
+    out = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision=precision)
     assert rel_err(out, ref) <= TOL[dtype, precision]
 
 
@@ -115,13 +114,13 @@ def test_gated_gemv_takes_the_gpus_occupancy_hint(monkeypatch):
     H, F, eps = 40, 24, 1e-5
     x, norm_w = rand(1, H, dtype=torch.bfloat16, scale=3.0), rand(H, dtype=torch.bfloat16, seed=2)
     w_gu, w_down = rand(2 * F, H, dtype=torch.bfloat16, scale=H ** -0.5), rand(H, F, dtype=torch.bfloat16, scale=F ** -0.5)
-    plain = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
+    plain = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision="tf32")
     assert launched == [fast_linear.gemv_kernel] * 2
     monkeypatch.setattr(fast_linear, "gpu_name", lambda device: "test GPU")
     kind, tile = fast_linear.linear_tiles(1, 2 * F, H, torch.bfloat16)
     monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {("gated " + kind, tile): ((1, {"occupancy": 4}),)})
     launched.clear()
-    hinted = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
+    hinted = fast_linear.llama_mlp(x.clone(), norm_w, eps, w_gu, w_down, precision="tf32")
     gated, down = launched
     assert down is fast_linear.gemv_kernel and gated is not fast_linear.gemv_kernel
     assert gated._pyfunc is fast_linear.gemv_kernel._pyfunc and gated.compiler_options == {"occupancy": 4}
@@ -131,7 +130,7 @@ def test_gated_gemv_takes_the_gpus_occupancy_hint(monkeypatch):
     monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {("gated " + kind, tile): ((1, {"num_ctas": 2}),)})
     launched.clear()
     rows = rand(17, H, dtype=torch.bfloat16, scale=3.0)
-    fast_linear.llama_mlp(rows, norm_w, eps, w_gu, w_down, precision="tf32", rmsnorm=rmsnorm)
+    fast_linear.llama_mlp(rows, norm_w, eps, w_gu, w_down, precision="tf32")
     gated_gemm = [k for k in launched if getattr(k, "_pyfunc", None) is fast_linear.gemm_kernel._pyfunc]
     assert [k.compiler_options for k in gated_gemm] == [{"num_ctas": 2}, {}]  # gate|up, then down
 
@@ -172,8 +171,8 @@ def test_flash_attention_takes_the_gpus_hint_from_its_rows(monkeypatch):
 
 def test_wide_tiles_come_with_their_worker_warps(monkeypatch):
     """Each WIDE_TILES_BY_GPU shape takes 128 x 256 tiles from its min_rows on, not one row before, and its
-    GPU has worker warps for that tile (without them the tile spills and runs 10x slower); no other GPU
-    takes the wide tile."""
+    GPU has worker warps for that tile (at the compiler's defaults the tile runs 13x slower); no other GPU
+    and no gated launch takes the wide tile."""
     monkeypatch.setattr(fast_linear, "EMULATED", False)
     assert fast_linear.WIDE_TILES_BY_GPU
     for gpu, (min_rows, shapes) in fast_linear.WIDE_TILES_BY_GPU.items():
@@ -183,13 +182,32 @@ def test_wide_tiles_come_with_their_worker_warps(monkeypatch):
             assert "num_worker_warps" in fast_linear.kernel_hints(gpu, kind, tile, min_rows)
             assert fast_linear.linear_tiles(min_rows - 1, N, K, dtype, gpu=gpu)[1][:2] != (128, 256)
             assert fast_linear.linear_tiles(min_rows, N, K, dtype, gpu="another GPU")[1][:2] != (128, 256)
+            assert fast_linear.linear_tiles(min_rows, N, K, dtype, gpu=gpu, gated=True)[1][:2] != (128, 256)
+
+
+def test_a_wide_launch_runs_the_worker_warps_copy(monkeypatch):
+    """A launch of a listed shape on its GPU (here a made-up GPU's, on a small shape) runs gemm_kernel's copy
+    compiled with the GPU's hint for the wide tile, and computes what torch does."""
+    launched = record_launches(monkeypatch, fast_linear)
+    monkeypatch.setattr(fast_linear, "EMULATED", False)
+    monkeypatch.setattr(fast_linear, "gpu_name", lambda device: "test GPU")
+    M, N, K = 80, 40, 64
+    monkeypatch.setitem(fast_linear.WIDE_TILES_BY_GPU, "test GPU", (M, frozenset({(N, K, BF16)})))
+    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU",
+                        {("gemm", (128, 256, 64)): ((1, {"num_worker_warps": 8}),)})
+    x, w, b = rand(M, K, dtype=BF16), rand(N, K, dtype=BF16, scale=K ** -0.5), rand(N, dtype=BF16, seed=3)
+    out = fast_linear.linear(x, w, b, gelu=True, precision="tf32")
+    (kernel,) = launched
+    assert kernel._pyfunc is fast_linear.gemm_kernel._pyfunc and kernel.compiler_options == {"num_worker_warps": 8}
+    ref = torch.nn.functional.gelu(x.double() @ w.double().T + b.double())
+    assert rel_err(out, ref) <= TOL[BF16, "ieee"]
 
 
 @pytest.mark.parametrize("dtype", [FP32, BF16])
 @pytest.mark.parametrize("shape", [(1, 40), (3, 100), (2, 17, 40)])
 def test_norm_launchers_match_torch(dtype, shape):
-    """fast_linear's LayerNorm and RMSNorm launchers (the course kernels at the fast path's rows a block)
-    against torch, RMSNorm's row rounded to the dtype before the weight as transformers does."""
+    """fast_linear's LayerNorm and RMSNorm launchers (the course kernels, several rows a block) against
+    torch, RMSNorm's row rounded to the dtype before the weight as transformers does."""
     x = rand(*shape, dtype=dtype, scale=3.0) + 0.5
     weight, bias = rand(shape[-1], dtype=dtype, seed=1), rand(shape[-1], dtype=dtype, seed=2)
     tol = 2e-6 if dtype == FP32 else 1e-2
@@ -200,24 +218,35 @@ def test_norm_launchers_match_torch(dtype, shape):
     assert rel_err(fast_linear.rmsnorm(x, weight, 1e-5), normed * weight.double()) <= tol
 
 
-def test_norm_launchers_take_the_gpus_rows_and_hints(monkeypatch):
-    """On a GPU the norms take NORM_ROWS rows a block and the GPU's hints at that tile (here a made-up GPU's),
-    computing what the plain kernel does; every norm entry of KERNEL_HINTS_BY_GPU is at a tile they launch."""
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_norm_launchers_take_the_gpus_rows_and_hints(monkeypatch, kind):
+    """On a GPU a norm takes the GPU's rows a block (NORM_ROWS_BY_GPU, here a made-up GPU's) and the GPU's hints
+    at that tile, computing what the plain kernel does; an unlisted GPU keeps the defaults (RMSNorm: the
+    course's rows, since one row without its hint is the slowest choice); every norm hint of
+    KERNEL_HINTS_BY_GPU is at the rows its GPU launches."""
+    from glm_asr_course.runtimes.tile_helpers import rows_per_block
+
     launched = record_launches(monkeypatch, fast_linear)
-    x, weight = rand(5, 40, dtype=BF16, scale=3.0), rand(40, dtype=BF16, seed=1)
-    plain = fast_linear.rmsnorm(x, weight, 1e-5)
+    x, weight, bias = rand(5, 40, dtype=BF16, scale=3.0), rand(40, dtype=BF16, seed=1), rand(40, dtype=BF16, seed=2)
+
+    def run():
+        return fast_linear.layernorm(x, weight, bias, 1e-5) if kind == "layernorm" else fast_linear.rmsnorm(x, weight, 1e-5)
+
+    plain = run()
     monkeypatch.setattr(fast_linear, "EMULATED", False)
     monkeypatch.setattr(fast_linear, "gpu_name", lambda device: "test GPU")
-    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU",
-                        {("rmsnorm", (fast_linear.NORM_ROWS["rmsnorm"], 64)): ((1, {"occupancy": 8}),)})
+    monkeypatch.setitem(fast_linear.NORM_ROWS_BY_GPU, "test GPU", {kind: 2})
+    monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU", {(kind, (2, 64)): ((1, {"occupancy": 8}),)})
     launched.clear()
-    assert torch.equal(fast_linear.rmsnorm(x, weight, 1e-5), plain)
-    assert [(k._pyfunc, k.compiler_options) for k in launched] == [(fast_linear.rmsnorm_kernel._pyfunc,
-                                                                     {"occupancy": 8})]
-    for table in fast_linear.KERNEL_HINTS_BY_GPU.values():
-        for kind, tile in table:
-            if kind in fast_linear.NORM_ROWS:
-                assert tile[0] == fast_linear.NORM_ROWS[kind], (kind, tile)
+    assert torch.equal(run(), plain)
+    kernel = fast_linear.layernorm_kernel if kind == "layernorm" else fast_linear.rmsnorm_kernel
+    assert [(k._pyfunc, k.compiler_options) for k in launched] == [(kernel._pyfunc, {"occupancy": 8})]
+    default = fast_linear.DEFAULT_NORM_ROWS.get(kind, rows_per_block(3765, 2048))
+    assert fast_linear.norm_rows(kind, "another GPU", 3765, 2048) == default
+    for gpu, table in fast_linear.KERNEL_HINTS_BY_GPU.items():
+        for hinted_kind, tile in table:
+            if hinted_kind == kind:
+                assert tile[0] == fast_linear.norm_rows(kind, gpu, 3765, tile[1]), (gpu, tile)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,7 +329,7 @@ def _unfused(x, weight, norm_w, Hq, Hkv, D, cos, sin, positions, caches, cache_p
     from glm_asr_cutile_example.glue import write_kv_cache
     from glm_asr_cutile_example.rope import apply_rope
 
-    qkv = fast_linear.rms_linear(x, norm_w, 1e-5, weight, precision="ieee", rmsnorm=rmsnorm).view(1, 1, -1, D)
+    qkv = fast_linear.rms_linear(x, norm_w, 1e-5, weight, precision="ieee").view(1, 1, -1, D)
     apply_rope(qkv[:, :, :Hq + Hkv], cos, sin, positions, D)
     write_kv_cache(qkv[:, :, Hq:Hq + Hkv], qkv[:, :, Hq + Hkv:], *caches, cache_pos)
     return qkv[:, :, :Hq]
