@@ -43,8 +43,9 @@
 #   long_clips  where the time of the long clips goes, both fast paths side by side (benchmark_detailed.py
 #             --compare on the 45 s and 5-minute clips of glm_asr_lab/gpu/clips.py, bf16, 13 tokens): components
 #             and kernel classes, long_clips/*.json, the largest gaps in summary.md (about 2 min on an H100)
-#   sweep_long  where long_clips found cuTile slowest: its encoder GEMMs over 2 and 10 windows at large tiles
-#             under each compiler hint, its LayerNorm and RMSNorm by rows a block and occupancy
+#   sweep_long  where long_clips found cuTile slowest: its encoder GEMMs over 1, 2 and 10 windows, the table's
+#             launch and each tile under each compiler hint; its LayerNorm and RMSNorm by rows a block and
+#             occupancy (about 4 min on an H100)
 #   timeline  the decode step launch by launch, both fast paths, with and without programmatic
 #             dependent launch (about 2 min)
 #   all       bench parity regret clips kernels robust detailed grade grade_cutile
@@ -333,9 +334,9 @@ for part in "${PARTS[@]}"; do
             ;;
         sweep_long)
             # Where long_clips found cuTile slowest against Triton (2026-11-27 d, ten windows): the encoder's
-            # GEMMs (large tiles x hints) and the norms (rows a block x occupancy).
+            # GEMMs (tiles x hints) and the norms (rows a block x occupancy).
             if has_cutile; then
-                step "sweep: cuTile encoder GEMMs over 2 and 10 windows" 330 python3 -m glm_asr_lab.tuning.sweep_cutile_fast \
+                step "sweep: cuTile encoder GEMMs over 1, 2 and 10 windows" 330 python3 -m glm_asr_lab.tuning.sweep_cutile_fast \
                     --only long_gemm
                 step "sweep: cuTile LayerNorm and RMSNorm by rows" 200 python3 -m glm_asr_lab.tuning.sweep_cutile_fast \
                     --only norm

@@ -34,11 +34,11 @@ COPIES = 20  # distinct weights a gemv timing cycles through (20 x 8 MB, the sma
 # compiler warp-specialises (cuda.tile 1.7 with tileiras 13.3+; 4 and 8 only before 13.5).
 HINT_SETS = ({}, {"occupancy": 1}, {"occupancy": 2}, {"occupancy": 4}, {"num_ctas": 2},
              {"num_worker_warps": 4}, {"num_worker_warps": 8})
-# The long_gemm and norm sections': a large GEMM tile under each hint that gained somewhere (KERNEL_HINTS_BY_GPU), and a
-# memory-bound norm under rising occupancy (more resident blocks, more loads in flight).
-LONG_GEMM_TILES = ((128, 128, 64), (128, 256, 64), (256, 128, 64))
-LONG_GEMM_HINTS = ({}, {"occupancy": 1}, {"occupancy": 2}, {"occupancy": 4}, {"num_ctas": 2},
-                   {"num_worker_warps": 8})
+# The long_gemm and norm sections': a GEMM tile under each hint that gained somewhere (KERNEL_HINTS_BY_GPU), and a
+# memory-bound norm under rising occupancy (more resident blocks, more loads in flight). 256 x 128 tiles and
+# occupancy 1 never won (2026-11-27 d, call 2).
+LONG_GEMM_TILES = ((64, 128, 64), (128, 128, 64), (128, 256, 64))
+LONG_GEMM_HINTS = ({}, {"occupancy": 2}, {"occupancy": 4}, {"num_ctas": 2}, {"num_worker_warps": 8})
 NORM_HINTS = ({}, {"occupancy": 2}, {"occupancy": 4}, {"occupancy": 8}, {"occupancy": 16})
 
 
@@ -59,6 +59,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
+    from glm_asr_course.runtimes import gpu_name
     from glm_asr_cutile_example import fast_attention, fast_head, fast_linear
 
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
                 cands.append((tiles[1], lambda t=tiles: fast_linear._launch(
                     x, weights[next(turn) % COPIES], None, out, precision="tf32", tiles=t, **how),
                     lambda _: 0.0))
-            chosen = fast_linear.linear_tiles(1, N, K, dtype)[1]
+            chosen = fast_linear.linear_tiles(1, N, K, dtype, gpu=gpu_name(x.device))[1]
             print(f"{name}: the table's tiles {chosen}" + (" (a gated block: half the rows each)"
                                                            if how.get("gated") else ""))
             report("gemv", f"{name} {N}x{K}", cands, N * K * e / 1e0, "GB/s")
@@ -160,7 +161,9 @@ def main(argv=None) -> int:
                       lambda _, h=hints: rel(once(h), plain))
                      for hints in HINT_SETS]
             work, unit = (N * K * e, "GB/s") if M == 1 else (2 * M * N * K / 1e3, "TFLOP/s")
-            print(f"{name}: the table's tiles {fast_linear.linear_tiles(M, N, K, dtype, how.get('gelu', False))[1]}")
+            chosen = fast_linear.linear_tiles(M, N, K, dtype, how.get("gelu", False), gpu_name(x.device),
+                                              how.get("gated", False))[1]
+            print(f"{name}: the table's tiles {chosen}")
             report("hints", f"{name} {M}x{N}x{K}", cands, work, unit)
         # The encoder's flash attention over one window and ten, at its default tiles.
         T, H, D = 1500, 20, 64
@@ -251,10 +254,11 @@ def main(argv=None) -> int:
     return 0
 
 
-def long_gemms(rand, rel, report, dtype, windows=(2, 10), window_rows=1500):
+def long_gemms(rand, rel, report, dtype, windows=(1, 2, 10), window_rows=1500):
     """The encoder's four GEMMs over ``windows`` windows of ``window_rows`` frames (`gpu_check.sh long_clips`,
-    2026-11-27 d: cuTile's are 1.47x Triton's over ten) at each LONG_GEMM_TILES tile under each hint, each
-    held to the table's own launch."""
+    2026-11-27 d: cuTile's were 1.47x Triton's over ten): the table's own launch, then each LONG_GEMM_TILES
+    tile under each hint, each held to torch. Winners go into fast_linear.WIDE_TILES_BY_GPU and
+    KERNEL_HINTS_BY_GPU."""
     from glm_asr_course.runtimes import gpu_name
     from glm_asr_cutile_example import fast_linear
 
@@ -264,6 +268,9 @@ def long_gemms(rand, rel, report, dtype, windows=(2, 10), window_rows=1500):
                                 ("fc1", 5120, 1280, dict(gelu=True)), ("fc2", 1280, 5120, dict(accumulate=True))):
             x, w = rand(M, K), rand(N, K, scale=K ** -0.5)
             out = torch.empty(M, N, device=x.device, dtype=dtype)
+            ref = x.float() @ w.float().T
+            if how.get("gelu"):
+                ref = torch.nn.functional.gelu(ref)
 
             def once(tiles, hints, x=x, w=w, out=out, how=how):
                 """One launch into a zeroed output (an accumulating launch adds to it)."""
@@ -271,12 +278,13 @@ def long_gemms(rand, rel, report, dtype, windows=(2, 10), window_rows=1500):
                 return fast_linear._launch(x, w, None, out, precision="tf32", tiles=tiles, hints=hints,
                                            **how).clone()
 
-            plain = once(None, None)
-            cands = [((tile, hints or "defaults"),
-                      lambda t=("gemm", tile), h=hints, x=x, w=w, out=out, how=how: fast_linear._launch(
+            # The table's launch first (tiles and hints both None), then each tile under each hint.
+            configs = [(None, None, "table")] + [(("gemm", tile), hints, (tile, hints or "defaults"))
+                                                 for tile in LONG_GEMM_TILES for hints in LONG_GEMM_HINTS]
+            cands = [(label, lambda t=tiles, h=hints, x=x, w=w, out=out, how=how: fast_linear._launch(
                           x, w, None, out, precision="tf32", tiles=t, hints=h, **how),
-                      lambda _, t=("gemm", tile), h=hints: rel(once(t, h), plain))
-                     for tile in LONG_GEMM_TILES for hints in LONG_GEMM_HINTS]
+                      lambda _, t=tiles, h=hints, ref=ref: rel(once(t, h), ref))
+                     for tiles, hints, label in configs]
             gpu = gpu_name(x.device)
             chosen = fast_linear.linear_tiles(M, N, K, dtype, how.get("gelu", False), gpu)[1]
             print(f"enc {name} x{count}: the table's tiles {chosen}, hints "
@@ -286,8 +294,8 @@ def long_gemms(rand, rel, report, dtype, windows=(2, 10), window_rows=1500):
 
 def norms(rand, rel, report, dtype, windows=(1, 2, 10), window_rows=1500, prompt_rows=(59, 3765)):
     """LayerNorm over the encoder's ``windows`` and RMSNorm over ``prompt_rows`` prompt tokens (2026-11-27 d:
-    cuTile's read about 1 TB/s where Triton's read 2.3) at each rows-a-block under each NORM_HINTS
-    occupancy, held to torch."""
+    cuTile's read about 1 TB/s, Triton's LayerNorm 2.3 and its RMSNorm 3.5) at each rows-a-block under each
+    NORM_HINTS occupancy, held to torch. Winners go into fast_linear.NORM_ROWS_BY_GPU and KERNEL_HINTS_BY_GPU."""
     from glm_asr_course.runtimes.cutile import launch, with_hints
     from glm_asr_course.runtimes.tile_helpers import cdiv, next_power_of_2
     from glm_asr_cutile_example import layers
