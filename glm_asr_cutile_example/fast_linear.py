@@ -176,10 +176,10 @@ def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], H
 # gemv", "gemm", "gated gemm"; "flash" for fast_attention's flash attention; "layernorm", "rmsnorm") at
 # one tile (linear_tiles', _flash_tiles', or (rows a block, BLOCK_N) for a norm), by the name CUDA gives
 # the GPU: what glm_asr_lab/tuning/sweep_cutile_fast.py's hints, long_gemm and norm sections found faster
-# than the compiler's defaults (docs/performance.md). Each entry is ((min_rows, hints), ...) in rising min_rows: a launch of M rows
-# takes the last hints whose min_rows <= M, since the best hint can change with the number of rows
-# (an encoder window against a 5-minute clip's ten). A GPU, kind, tile or row count not listed gets
-# the defaults.
+# than the compiler's defaults (docs/performance.md). Each entry is ((min_rows, hints), ...) in rising
+# min_rows: a launch of M rows takes the last hints whose min_rows <= M, since the best hint can change
+# with the number of rows (an encoder window against a 5-minute clip's ten). A GPU, kind, tile or row
+# count not listed gets the defaults.
 KERNEL_HINTS_BY_GPU = {
     "NVIDIA H200": {
         # decode gate|up, weights missing L2: 21.1 us by default, 17.8 at occupancy 4 (more resident blocks
@@ -435,7 +435,8 @@ def _self_check():
         r2, x2 = rand(rows, E), rand(rows, F_enc)
         out2 = torch.empty_like(r2)
         check.check("gemm_kernel[bias, residual]",
-                    lambda r2=r2, x2=x2, out2=out2: linear(x2, w2, b2, accumulate_into=out2.copy_(r2), precision="tf32"),
+                    lambda r2=r2, x2=x2, out2=out2: linear(x2, w2, b2, accumulate_into=out2.copy_(r2),
+                                                           precision="tf32"),
                     lambda r2=r2, x2=x2: f32(x2) @ f32(w2).T + f32(b2) + f32(r2), f"{rows}x{F_enc}->{E} bf16", 1e-2)
     norm_w = rand(H)
 

@@ -230,7 +230,9 @@ def test_norm_launchers_take_the_gpus_rows_and_hints(monkeypatch, kind):
     x, weight, bias = rand(5, 40, dtype=BF16, scale=3.0), rand(40, dtype=BF16, seed=1), rand(40, dtype=BF16, seed=2)
 
     def run():
-        return fast_linear.layernorm(x, weight, bias, 1e-5) if kind == "layernorm" else fast_linear.rmsnorm(x, weight, 1e-5)
+        if kind == "layernorm":
+            return fast_linear.layernorm(x, weight, bias, 1e-5)
+        return fast_linear.rmsnorm(x, weight, 1e-5)
 
     plain = run()
     monkeypatch.setattr(fast_linear, "EMULATED", False)

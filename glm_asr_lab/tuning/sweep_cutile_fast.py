@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tile sweep of the cuTile fast path's kernels at the model's real shapes, on a GPU.
 
-    python -m glm_asr_lab.tuning.sweep_cutile_fast [--precision bf16|tf32] [--only gemv,head,gemm,prefill,flash,decode,norm,hints,long_gemm]
+    python -m glm_asr_lab.tuning.sweep_cutile_fast [--precision bf16|tf32]
+        [--only gemv,head,gemm,prefill,flash,decode,norm,hints,long_gemm]
 
 Each candidate is checked against torch (one line per failure; the GEMVs are checked by the
 self-checks instead) and timed as a CUDA graph of 20 launches (glm_asr_course.timer), so the ~14 us
