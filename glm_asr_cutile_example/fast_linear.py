@@ -342,13 +342,17 @@ def norm_rows(kind: str, gpu: str, n_rows: int, block: int) -> int:
     return NORM_ROWS_BY_GPU.get(gpu, {}).get(kind) or DEFAULT_NORM_ROWS.get(kind, course)
 
 
-def _norm(kind: str, kernel, x: torch.Tensor, params: tuple, eps: float) -> torch.Tensor:
+def _norm(kind: str, kernel, x: torch.Tensor, params: tuple, eps: float, per_block: int | None = None,
+          hints: dict | None = None) -> torch.Tensor:
+    """The shared norm launcher. per_block: norm_rows' choice overridden; hints: KERNEL_HINTS_BY_GPU's
+    (glm_asr_lab/tuning/sweep_cutile_fast.py)."""
     rows = _rows_of(x, kind + " x")
     y = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
     block = next_power_of_2(rows.shape[1])
     gpu = gpu_name(x.device)
-    per_block = norm_rows(kind, gpu, rows.shape[0], block)
-    hints = kernel_hints(gpu, kind, (per_block, block), rows.shape[0])
+    per_block = per_block or norm_rows(kind, gpu, rows.shape[0], block)
+    if hints is None:
+        hints = kernel_hints(gpu, kind, (per_block, block), rows.shape[0])
     launch((cdiv(rows.shape[0], per_block),), with_hints(kernel, hints), rows, *params, y, float(eps), per_block,
            block)
     return y.view(x.shape)

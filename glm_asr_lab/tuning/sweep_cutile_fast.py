@@ -273,18 +273,19 @@ def long_gemms(rand, rel, report, dtype, windows=(1, 2, 10), window_rows=1500):
             if how.get("gelu"):
                 ref = torch.nn.functional.gelu(ref)
 
-            def once(tiles, hints, x=x, w=w, out=out, how=how):
+            def run(tiles, hints, x=x, w=w, out=out, how=how):
+                return fast_linear._launch(x, w, None, out, precision="tf32", tiles=tiles, hints=hints, **how)
+
+            def once(tiles, hints, out=out, run=run):
                 """One launch into a zeroed output (an accumulating launch adds to it)."""
                 out.zero_()
-                return fast_linear._launch(x, w, None, out, precision="tf32", tiles=tiles, hints=hints,
-                                           **how).clone()
+                return run(tiles, hints).clone()
 
             # The table's launch first (tiles and hints both None), then each tile under each hint.
             configs = [(None, None, "table")] + [(("gemm", tile), hints, (tile, hints or "defaults"))
                                                  for tile in LONG_GEMM_TILES for hints in LONG_GEMM_HINTS]
-            cands = [(label, lambda t=tiles, h=hints, x=x, w=w, out=out, how=how: fast_linear._launch(
-                          x, w, None, out, precision="tf32", tiles=t, hints=h, **how),
-                      lambda _, t=tiles, h=hints, ref=ref: rel(once(t, h), ref))
+            cands = [(label, lambda t=tiles, h=hints, run=run: run(t, h),
+                      lambda _, t=tiles, h=hints, once=once, ref=ref: rel(once(t, h), ref))
                      for tiles, hints, label in configs]
             gpu = gpu_name(x.device)
             chosen = fast_linear.linear_tiles(M, N, K, dtype, how.get("gelu", False), gpu)[1]
@@ -297,28 +298,24 @@ def norms(rand, rel, report, dtype, windows=(1, 2, 10), window_rows=1500, prompt
     """LayerNorm over the encoder's ``windows`` and RMSNorm over ``prompt_rows`` prompt tokens (2026-11-27 d:
     cuTile's read about 1 TB/s, Triton's LayerNorm 2.3 and its RMSNorm 3.5) at each rows-a-block under each
     NORM_HINTS occupancy, held to torch. Winners go into fast_linear.NORM_ROWS_BY_GPU and KERNEL_HINTS_BY_GPU."""
-    from glm_asr_course.runtimes.cutile import launch, with_hints
-    from glm_asr_course.runtimes.tile_helpers import cdiv, next_power_of_2
-    from glm_asr_cutile_example import layers
+    from glm_asr_cutile_example import fast_linear
 
     shapes = [("layernorm", window_rows * count, 1280) for count in windows]
     shapes += [("rmsnorm", rows, 2048) for rows in prompt_rows]
     for kind, rows, width in shapes:
         x, weight, bias = rand(rows, width), rand(width), rand(width)
-        y = torch.empty_like(x)
         if kind == "layernorm":
+            kernel, params = fast_linear.layernorm_kernel, (weight, bias)
             ref = torch.nn.functional.layer_norm(x.float(), (width,), weight.float(), bias.float(), 1e-5)
         else:
+            kernel, params = fast_linear.rmsnorm_kernel, (weight,)
             ref = torch.nn.functional.rms_norm(x.float(), (width,), weight.float(), 1e-5)
-        block = next_power_of_2(width)
-        cands = []
-        for per_block, hints in itertools.product((1, 2, 4, 8), NORM_HINTS):
-            def run(per_block=per_block, hints=hints, kind=kind, x=x, weight=weight, bias=bias, y=y, block=block):
-                kernel = with_hints(layers.layernorm_kernel if kind == "layernorm" else layers.rmsnorm_kernel, hints)
-                norm_args = (weight, bias) if kind == "layernorm" else (weight,)
-                launch((cdiv(x.shape[0], per_block),), kernel, x, *norm_args, y, 1e-5, per_block, block)
-                return y
-            cands.append(((per_block, hints or "defaults"), run, lambda o, ref=ref: rel(o, ref)))
+        # fast_linear's own launcher, its rows a block and hints overridden.
+        cands = [((per_block, hints or "defaults"),
+                  lambda p=per_block, h=hints, kind=kind, kernel=kernel, x=x, params=params: fast_linear._norm(
+                      kind, kernel, x, params, 1e-5, per_block=p, hints=h),
+                  lambda o, ref=ref: rel(o, ref))
+                 for per_block, hints in itertools.product((1, 2, 4, 8), NORM_HINTS)]
         report(kind, f"{rows}x{width}", cands, 2 * rows * width * dtype.itemsize, "GB/s")
 
 
