@@ -248,7 +248,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     # A split is a whole number of key tiles, and tiles are powers of two. On a GPU a short
     # transcription's cache (at most 256 slots) is one split, the group padded to 16 query rows: one
     # launch, 6.5 us where 8 splits of 32 and their merge take 7.3 (H100, 72 live slots,
-    # glm_asr_lab/tuning/sweep_cutile_fast.py --only decode). A longer one: 32 slots a split, up to 32
+    # glm_asr_lab/tuning/sweep_cutile_fast.py --only decode); with 128-key steps 4.8 us, against 5.7
+    # with 64 (2026-11-27 d, call 6: fewer steps of the serial key loop). A longer one: 32 slots a split, up to 32
     # splits (1024 slots, 600 live: 9.2 us, against 15.0 whole). Split blocks hold the group unpadded
     # (4 rows), and at 4 rows 64-key steps run 2-3x slower than 32-key steps (H100, 3,840 slots, 3,778
     # live: 45.5 us against 14.0; the 5-minute clip's decode step 3,063 -> 2,142 us).
@@ -259,7 +260,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     direct = n_splits == 1
     block_d = max(16, next_power_of_2(D))
     block_g = max(16, next_power_of_2(group)) if direct and not EMULATED else next_power_of_2(group)
-    block_n = split_size if EMULATED else min(split_size, 64 if direct else 32)
+    block_n = split_size if EMULATED else min(split_size, 128 if direct else 32)
     if tiles is not None:
         block_n, block_g = tiles
     q_groups = q.view(B, Hkv, group, D)

@@ -289,6 +289,38 @@ def test_decode_attention_matches_torch(dtype, precision, D, valid, split):
     assert rel_err(out, ref) <= {FP32: 3e-3 if precision == "tf32" else 2e-6, BF16: 2e-2}[dtype]
 
 
+@pytest.mark.parametrize("Tmax, valid, grid, tiles", [(100, 72, (1, 8), (128, 16)), (256, 200, (1, 8), (128, 16)),
+                                                      (1024, 600, (32, 8), (32, 4))])
+def test_decode_attention_with_the_gpus_defaults(monkeypatch, Tmax, valid, grid, tiles):
+    """The split and tiles decode_attention takes on a GPU, run here by the emulator: a short cache (up to 256
+    slots) is one split of 128-key steps over the group padded to 16 rows; a longer one, 32 splits of 32 keys
+    over the 4 rows of the group, then their merge. Both compute what torch does."""
+    launches = []
+    real_launch = fast_attention.launch
+
+    def record(launch_grid, kernel, *args, **options):
+        launches.append((kernel, launch_grid, args))
+        return real_launch(launch_grid, kernel, *args, **options)
+
+    monkeypatch.setattr(fast_attention, "launch", record)
+    monkeypatch.setattr(fast_attention, "EMULATED", False)
+    B, Hq, Hkv, D = 2, 16, 4, 128
+    q = rand(B, Hq, D, dtype=BF16)
+    k_cache, v_cache = (rand(B, Hkv, Tmax, D, dtype=BF16, seed=s) for s in (5, 6))
+    kv_start = torch.tensor([0, 9], dtype=torch.int32, device=DEV)
+    out = torch.full((B, Hq, D), float("nan"), dtype=BF16, device=DEV)
+    fast_attention.decode_attention(q, k_cache, v_cache, torch.tensor([valid], dtype=torch.int32, device=DEV),
+                                    kv_start, D ** -0.5, out, precision="tf32")
+    kernel, launch_grid, args = launches[0]
+    block_g, block_n = args[-3:-1]
+    assert kernel is fast_attention.decode_attention_kernel
+    assert (launch_grid, (block_n, block_g)) == (grid, tiles)
+    assert [k for k, _, _ in launches[1:]] == ([fast_attention.decode_combine_kernel] if grid[0] > 1 else [])
+    ref = torch_attention(q[:, :, None], k_cache[:, :, :valid], v_cache[:, :, :valid], D ** -0.5,
+                          kv_start=kv_start)[:, :, 0]
+    assert rel_err(out, ref) <= 2e-2
+
+
 # ---------------------------------------------------------------------------------------------
 # q|k|v + RoPE + KV cache, and the greedy head
 # ---------------------------------------------------------------------------------------------
