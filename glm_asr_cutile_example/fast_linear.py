@@ -189,6 +189,13 @@ KERNEL_HINTS_BY_GPU = {
         # (The encoder's fc1, 64.7 us by default and 52.3 at occupancy 2 alone, made the test clip's
         # replayed prompt graph 1.9 ms slower: left at the default.)
         ("gated gemm", (128, 128, 64)): ((1, {"num_ctas": 2}),),
+        # As on the H100 (below): the wide tile needs the worker warps (fc2 over ten windows: 4,595 us at the
+        # defaults, 348 with them), and the norms read about 1 TB/s at the defaults. LayerNorm, 15,000 x 1,280:
+        # 78.9 -> 35.1 us (1,500 rows: 8.7 -> 5.5); RMSNorm, a 3,765-token prompt: 24.2 -> 8.6 us at one row and
+        # occupancy 8 (59 rows: 2.7 -> 2.3). 2026-11-27 e, call 1 (gpu_check.sh sweep_long).
+        ("gemm", (128, 256, 64)): ((1, {"num_worker_warps": 8}),),
+        ("layernorm", (4, 2048)): ((1, {"occupancy": 4}),),
+        ("rmsnorm", (1, 2048)): ((1, {"occupancy": 8}),),
     },
     "NVIDIA H100 80GB HBM3": {
         # The decode gate|up gains on an H100 too (2026-11-27): 24.3 -> 21.4 us (21.5 at occupancy 4).
@@ -225,9 +232,13 @@ KERNEL_HINTS_BY_GPU = {
 # 64 x 128 figures from 2026-11-27 b): q|k|v 53.6 -> 49.8 / 291.2 -> 301.9 (a 4 % loss over ten windows,
 # taken for one rule), o 20.7 -> 19.6 / 123.2 -> 117.3, fc1 104.6 -> 84.6 / 591 -> 485.1, fc2 67.4 -> 58.6 /
 # 472.8 -> 374.8. One window was not timed at this tile with worker warps: it keeps linear_tiles' rule.
+# H200, the same rule (2026-11-27 e, call 1): q|k|v 54.2 -> 49.2 / 259.4 -> 259.7, o 21.2 -> 19.3 / 107.5 ->
+# 100.4, fc1 117.9 -> 86.1 / 620.5 -> 427.4, fc2 61.5 -> 58.8 / 400.5 -> 348.0. Over one window it loses
+# for q|k|v (25.9 -> 32.2) and o (10.4 -> 18.7).
+_ENCODER_GEMMS = frozenset((n, k, torch.bfloat16) for n, k in ((3840, 1280), (1280, 1280), (5120, 1280), (1280, 5120)))
 WIDE_TILES_BY_GPU = {
-    "NVIDIA H100 80GB HBM3": (3000, frozenset((n, k, torch.bfloat16) for n, k in
-                                              ((3840, 1280), (1280, 1280), (5120, 1280), (1280, 5120)))),
+    "NVIDIA H100 80GB HBM3": (3000, _ENCODER_GEMMS),
+    "NVIDIA H200": (3000, _ENCODER_GEMMS),
 }
 
 
@@ -331,7 +342,7 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
 # prompt on an H100: 35.6 us, against 24.1 at the course's 2). The emulator pays per block: there a block
 # takes at least the course's rows.
 DEFAULT_NORM_ROWS = {"layernorm": 4}
-NORM_ROWS_BY_GPU = {"NVIDIA H100 80GB HBM3": {"rmsnorm": 1}}
+NORM_ROWS_BY_GPU = {"NVIDIA H100 80GB HBM3": {"rmsnorm": 1}, "NVIDIA H200": {"rmsnorm": 1}}
 
 
 def norm_rows(kind: str, gpu: str, n_rows: int, block: int) -> int:

@@ -223,7 +223,7 @@ def test_norm_launchers_take_the_gpus_rows_and_hints(monkeypatch, kind):
     """On a GPU a norm takes the GPU's rows a block (NORM_ROWS_BY_GPU, here a made-up GPU's) and the GPU's hints
     at that tile, computing what the plain kernel does; an unlisted GPU keeps the defaults (RMSNorm: the
     course's rows, since one row without its hint is the slowest choice); every norm hint of
-    KERNEL_HINTS_BY_GPU is at the rows its GPU launches."""
+    KERNEL_HINTS_BY_GPU is at the rows its GPU launches, and every GPU's rows come with a hint."""
     from glm_asr_course.runtimes.tile_helpers import rows_per_block
 
     launched = record_launches(monkeypatch, fast_linear)
@@ -234,6 +234,9 @@ def test_norm_launchers_take_the_gpus_rows_and_hints(monkeypatch, kind):
             return fast_linear.layernorm(x, weight, bias, 1e-5)
         return fast_linear.rmsnorm(x, weight, 1e-5)
 
+    for gpu, rows in fast_linear.NORM_ROWS_BY_GPU.items():
+        if kind in rows:
+            assert fast_linear.kernel_hints(gpu, kind, (rows[kind], 2048), 3765), (gpu, "rows without their hint")
     plain = run()
     monkeypatch.setattr(fast_linear, "EMULATED", False)
     monkeypatch.setattr(fast_linear, "gpu_name", lambda device: "test GPU")
