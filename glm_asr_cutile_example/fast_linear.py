@@ -196,6 +196,9 @@ KERNEL_HINTS_BY_GPU = {
         ("gemm", (128, 256, 64)): ((1, {"num_worker_warps": 8}),),
         ("layernorm", (4, 2048)): ((1, {"occupancy": 4}),),
         ("rmsnorm", (1, 2048)): ((1, {"occupancy": 8}),),
+        # The encoder's flash attention at occupancy 2, as on the H100: one window 54.8 -> 44.1 us, ten
+        # 499.5 -> 379.0 (2026-11-27 e, call 6).
+        ("flash", (128, 128, 64)): ((1, {"occupancy": 2}),),
     },
     "NVIDIA H100 80GB HBM3": {
         # The decode gate|up gains on an H100 too (2026-11-27): 24.3 -> 21.4 us (21.5 at occupancy 4).
