@@ -229,9 +229,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     into a fused q|k|v output); k_cache, v_cache:
     (B, Hkv, Tmax, D); valid_len: int32 (1,) live slots (the token just written included); kv_start:
     int32 (B,) left padding. The grid depends on Tmax only, so the launch can be captured in a CUDA
-    graph. split_size: cache slots per block, rounded up to a power of two (default on a GPU: 32, or
-    more for a cache of more than 1024 slots so that there are at most 32 splits; the whole cache in
-    the emulator). tiles: (BLOCK_N, BLOCK_G) in place of the default (glm_asr_lab/tuning/sweep_cutile_fast.py):
+    graph. split_size: cache slots per block, rounded up to a power of two (default on a GPU: the whole
+    cache up to 256 slots; beyond, 32, or more for a cache of more than 1024 slots so that there are at
+    most 32 splits; the whole cache in the emulator). tiles: (BLOCK_N, BLOCK_G) in place of the default (glm_asr_lab/tuning/sweep_cutile_fast.py):
     keys a step, and query rows a block holds (the group, padded with zero rows beyond it).
     """
     B, Hq, D = q.shape
@@ -247,9 +247,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     group = Hq // Hkv
     # A split is a whole number of key tiles, and tiles are powers of two. On a GPU a short
     # transcription's cache (at most 256 slots) is one split, the group padded to 16 query rows: one
-    # launch, 6.5 us where 8 splits of 32 and their merge take 7.3 (H100, 72 live slots,
-    # glm_asr_lab/tuning/sweep_cutile_fast.py --only decode); with 128-key steps 4.8 us, against 5.7
-    # with 64 (2026-11-27 d, call 6: fewer steps of the serial key loop). A longer one: 32 slots a split, up to 32
+    # launch, 6.5 us where 8 splits of 32 and their merge take 7.3 (H100, 72 live slots, 2026-11-26 night,
+    # glm_asr_lab/tuning/sweep_cutile_fast.py --only decode). It takes 128-key steps: fewer turns of the
+    # serial key loop. 64-key steps took 5.7 us, 128-key steps 4.8 (H100, 2026-11-27 d, call 6); on an H200
+    # 5.6 and 4.7 (2026-11-27 e, call 5). A longer one: 32 slots a split, up to 32
     # splits (1024 slots, 600 live: 9.2 us, against 15.0 whole). Split blocks hold the group unpadded
     # (4 rows), and at 4 rows 64-key steps run 2-3x slower than 32-key steps (H100, 3,840 slots, 3,778
     # live: 45.5 us against 14.0; the 5-minute clip's decode step 3,063 -> 2,142 us).

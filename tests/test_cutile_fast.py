@@ -223,7 +223,7 @@ def test_norm_launchers_take_the_gpus_rows_and_hints(monkeypatch, kind):
     """On a GPU a norm takes the GPU's rows a block (NORM_ROWS_BY_GPU, here a made-up GPU's) and the GPU's hints
     at that tile, computing what the plain kernel does; an unlisted GPU keeps the defaults (RMSNorm: the
     course's rows, since one row without its hint is the slowest choice); every norm hint of
-    KERNEL_HINTS_BY_GPU is at the rows its GPU launches, and every GPU's rows come with a hint."""
+    KERNEL_HINTS_BY_GPU is at the rows its GPU launches, and every GPU's own rows come with a hint."""
     from glm_asr_course.runtimes.tile_helpers import rows_per_block
 
     launched = record_launches(monkeypatch, fast_linear)
