@@ -230,18 +230,19 @@ KERNEL_HINTS_BY_GPU = {
     },
 }
 
-# Weight shapes (N, K, dtype) whose GEMMs, not gated, take 128 x 256 tiles from min_rows rows on, by GPU: the
-# encoder's four over two windows and more. H100, bf16, 2 / 10 windows, us (2026-11-27 d, call 2; fc1's
-# 64 x 128 figures from 2026-11-27 b): q|k|v 53.6 -> 49.8 / 291.2 -> 301.9 (a 4 % loss over ten windows,
-# taken for one rule), o 20.7 -> 19.6 / 123.2 -> 117.3, fc1 104.6 -> 84.6 / 591 -> 485.1, fc2 67.4 -> 58.6 /
-# 472.8 -> 374.8. One window was not timed at this tile with worker warps: it keeps linear_tiles' rule.
+# Weight shapes (N, K, dtype) whose GEMMs, not gated, take 128 x 256 tiles, by GPU: each shape with the rows
+# from which it takes them. The encoder's four from two windows on. H100, bf16, 2 / 10 windows, us (2026-11-27
+# d, call 2; fc1's 64 x 128 figures from 2026-11-27 b): q|k|v 53.6 -> 49.8 / 291.2 -> 301.9 (a 4 % loss over
+# ten windows, taken for one rule), o 20.7 -> 19.6 / 123.2 -> 117.3, fc1 104.6 -> 84.6 / 591 -> 485.1, fc2
+# 67.4 -> 58.6 / 472.8 -> 374.8. One window was not timed at this tile with worker warps on an H100.
 # H200, the same rule (2026-11-27 e, call 1): q|k|v 54.2 -> 49.2 / 259.4 -> 259.7, o 21.2 -> 19.3 / 107.5 ->
 # 100.4, fc1 117.9 -> 86.1 / 620.5 -> 427.4, fc2 61.5 -> 58.8 / 400.5 -> 348.0. Over one window it loses
-# for q|k|v (25.9 -> 32.2) and o (10.4 -> 18.7).
-_ENCODER_GEMMS = frozenset((n, k, torch.bfloat16) for n, k in ((3840, 1280), (1280, 1280), (5120, 1280), (1280, 5120)))
+# for q|k|v (25.9 -> 32.2) and o (10.4 -> 18.7), and gains for fc1 (64.0 -> 42.8): an end-to-end candidate
+# (glm_asr_lab/tuning/ab_hints.py), since a faster fc1 alone once made the prompt graph slower.
+_ENCODER_GEMMS = ((3840, 1280), (1280, 1280), (5120, 1280), (1280, 5120))
 WIDE_TILES_BY_GPU = {
-    "NVIDIA H100 80GB HBM3": (3000, _ENCODER_GEMMS),
-    "NVIDIA H200": (3000, _ENCODER_GEMMS),
+    "NVIDIA H100 80GB HBM3": {(n, k, torch.bfloat16): 3000 for n, k in _ENCODER_GEMMS},
+    "NVIDIA H200": {(n, k, torch.bfloat16): 3000 for n, k in _ENCODER_GEMMS},
 }
 
 
@@ -285,8 +286,8 @@ def linear_tiles(M: int, N: int, K: int, dtype: torch.dtype, gelu: bool = False,
     if M <= 64:
         # Still bound by reading the weight once: narrow column tiles give the SMs enough blocks.
         return "gemm", (64, 32, 2 * step)
-    min_rows, wide_shapes = WIDE_TILES_BY_GPU.get(gpu, (0, frozenset()))
-    if M >= min_rows and (N, K, dtype) in wide_shapes and not gated:
+    wide_from = WIDE_TILES_BY_GPU.get(gpu, {}).get((N, K, dtype))
+    if wide_from is not None and M >= wide_from and not gated:
         return "gemm", (128, 256, step)
     if gelu:
         # The exact GELU's polynomial in the epilogue needs registers beside a 128 x 128 accumulator.

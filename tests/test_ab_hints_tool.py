@@ -12,21 +12,40 @@ from glm_asr_lab.tuning import ab_hints
 from cutile_launches import record_launches
 
 
-def test_hints_added_inside_and_the_table_restored_after(monkeypatch):
+def test_an_arms_rows_added_inside_and_the_tables_restored_after(monkeypatch):
     entry = {("gemm", (1, 2, 3)): ((1, {"occupancy": 2}),)}
+    wide = {(40, 64, torch.bfloat16): 80}
     before = {gpu: dict(row) for gpu, row in fast_linear.KERNEL_HINTS_BY_GPU.items()}
+    wide_before = {gpu: dict(row) for gpu, row in fast_linear.WIDE_TILES_BY_GPU.items()}
     gpu = next(iter(before))
-    with ab_hints.hints_added(gpu, entry):
+    with ab_hints.tables_added(gpu, entry, wide):
         assert fast_linear.KERNEL_HINTS_BY_GPU[gpu] == before[gpu] | entry
-    with ab_hints.hints_added("made-up GPU", entry):
+        assert fast_linear.WIDE_TILES_BY_GPU[gpu] == wide_before.get(gpu, {}) | wide
+    with ab_hints.tables_added("made-up GPU", entry, wide):
         assert fast_linear.KERNEL_HINTS_BY_GPU["made-up GPU"] == entry
-    assert fast_linear.KERNEL_HINTS_BY_GPU == before
-    assert ab_hints.arm_entries("table") == {}
+        assert fast_linear.WIDE_TILES_BY_GPU["made-up GPU"] == wide
+    assert fast_linear.KERNEL_HINTS_BY_GPU == before and fast_linear.WIDE_TILES_BY_GPU == wide_before
+    assert ab_hints.arm_entries("table") == ({}, {})
     first = {("flash", (1, 2, 3)): ((1, {"occupancy": 2}),)}
     second = {("gated gemm", (4, 5, 6)): ((9, {"num_worker_warps": 8}),)}
     monkeypatch.setitem(ab_hints.CANDIDATES, "first", first)
     monkeypatch.setitem(ab_hints.CANDIDATES, "second", second)
-    assert ab_hints.arm_entries("first+second") == first | second
+    monkeypatch.setitem(ab_hints.WIDE_TILE_CANDIDATES, "third", wide)
+    assert ab_hints.arm_entries("first+second+third") == (first | second, wide)
+
+
+def test_a_wide_tile_arm_moves_its_shape_to_the_wide_tile_from_its_rows(monkeypatch):
+    """Each WIDE_TILE_CANDIDATES arm, inside its tables, gives its shapes the 128 x 256 tile from its rows on, where
+    the table does not already (else the arm would time nothing new)."""
+    monkeypatch.setattr(fast_linear, "EMULATED", False)
+    assert ab_hints.WIDE_TILE_CANDIDATES
+    for gpu in fast_linear.WIDE_TILES_BY_GPU:
+        for arm in ab_hints.WIDE_TILE_CANDIDATES:
+            hints, wide = ab_hints.arm_entries(arm)
+            for (N, K, dtype), rows in wide.items():
+                assert fast_linear.linear_tiles(rows, N, K, dtype, gpu=gpu)[1][:2] != (128, 256), (gpu, arm)
+                with ab_hints.tables_added(gpu, hints, wide):
+                    assert fast_linear.linear_tiles(rows, N, K, dtype, gpu=gpu)[1][:2] == (128, 256), (gpu, arm)
 
 
 def test_verdicts_take_medians_over_rounds_and_flag_other_ids():
@@ -41,6 +60,15 @@ def test_verdicts_take_medians_over_rounds_and_flag_other_ids():
     assert table["table"]["median_ms"] == 11.5 and table["table"]["change"] == 0
     assert table["fast"]["median_ms"] == 9.25 and abs(table["fast"]["change"] - (9.25 / 11.5 - 1)) < 1e-12
     assert table["fast"]["ids_equal"] and not table["wrong"]["ids_equal"]
+
+
+def test_only_a_hint_arm_fails_on_other_ids(monkeypatch):
+    """A wide tile may round sums differently (regret judges its ids); a hint must not change them."""
+    monkeypatch.setitem(ab_hints.CANDIDATES, "hint", {("flash", (1, 2, 3)): ((1, {"occupancy": 2}),)})
+    monkeypatch.setitem(ab_hints.WIDE_TILE_CANDIDATES, "wide", {(40, 64, torch.bfloat16): 80})
+    table = [dict(clip="c", arm=arm, ids_equal=equal) for arm, equal in
+             (("table", True), ("hint", False), ("wide", False), ("hint+wide", False), ("hint", True))]
+    assert ab_hints.unequal_ids(table) == (["c / wide", "c / hint+wide"], ["c / hint"])
 
 
 def test_unknown_arm_is_one_line_and_exit_2(capsys):

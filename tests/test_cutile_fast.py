@@ -175,8 +175,9 @@ def test_wide_tiles_come_with_their_worker_warps(monkeypatch):
     and no gated launch takes the wide tile."""
     monkeypatch.setattr(fast_linear, "EMULATED", False)
     assert fast_linear.WIDE_TILES_BY_GPU
-    for gpu, (min_rows, shapes) in fast_linear.WIDE_TILES_BY_GPU.items():
-        for N, K, dtype in shapes:
+    for gpu, shapes in fast_linear.WIDE_TILES_BY_GPU.items():
+        assert shapes, gpu
+        for (N, K, dtype), min_rows in shapes.items():
             kind, tile = fast_linear.linear_tiles(min_rows, N, K, dtype, gpu=gpu)
             assert (kind, tile[:2]) == ("gemm", (128, 256))
             assert "num_worker_warps" in fast_linear.kernel_hints(gpu, kind, tile, min_rows)
@@ -192,7 +193,7 @@ def test_a_wide_launch_runs_the_worker_warps_copy(monkeypatch):
     monkeypatch.setattr(fast_linear, "EMULATED", False)
     monkeypatch.setattr(fast_linear, "gpu_name", lambda device: "test GPU")
     M, N, K = 80, 40, 64
-    monkeypatch.setitem(fast_linear.WIDE_TILES_BY_GPU, "test GPU", (M, frozenset({(N, K, BF16)})))
+    monkeypatch.setitem(fast_linear.WIDE_TILES_BY_GPU, "test GPU", {(N, K, BF16): M})
     monkeypatch.setitem(fast_linear.KERNEL_HINTS_BY_GPU, "test GPU",
                         {("gemm", (128, 256, 64)): ((1, {"num_worker_warps": 8}),)})
     x, w, b = rand(M, K, dtype=BF16), rand(N, K, dtype=BF16, scale=K ** -0.5), rand(N, dtype=BF16, seed=3)

@@ -38,8 +38,9 @@
 #   sweep_gemm  glm_asr_lab/tuning/sweep_linear.py's prefill and encoder GEMM tiles
 #   sweep_attention  glm_asr_lab/tuning/sweep_attention.py: Triton's flash attention tiles (encoder, prefill)
 #             and decode attention's split and tiles (about 5 min)
-#   ab_hints  glm_asr_lab/tuning/ab_hints.py: cuTile's candidate compiler hints on whole transcriptions (the
-#             test clip, the 45 s and the 5-minute clips, arms in A B B A order, ids held to the table's)
+#   ab_hints  glm_asr_lab/tuning/ab_hints.py: cuTile's candidate compiler hints and wide tiles on whole
+#             transcriptions (the test clip, the 45 s and the 5-minute clips, arms in A B B A order, a hint's
+#             ids held to the table's)
 #   long_clips  where the time of the long clips goes, both fast paths side by side (benchmark_detailed.py
 #             --compare on the 45 s and 5-minute clips of glm_asr_lab/gpu/clips.py, bf16, 13 tokens): components
 #             and kernel classes, long_clips/*.json, the largest gaps in summary.md (about 2 min on an H100)
@@ -348,7 +349,7 @@ for part in "${PARTS[@]}"; do
             ;;
         ab_hints)
             if has_cutile; then
-                step "A/B: cuTile's candidate hints" 560 python3 -m glm_asr_lab.tuning.ab_hints \
+                step "A/B: cuTile's candidate hints and wide tiles" 560 python3 -m glm_asr_lab.tuning.ab_hints \
                     --jsonl "$OUT_DIR/ab_hints.jsonl"
             fi
             ;;

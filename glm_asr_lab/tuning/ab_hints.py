@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A/B of the cuTile fast path's compiler hints on whole transcriptions (utils/gpu_check.sh ab_hints).
+"""A/B of the cuTile fast path's compiler hints and wide tiles on whole transcriptions (utils/gpu_check.sh ab_hints).
 
     python -m glm_asr_lab.tuning.ab_hints [--arms NAME,...] [--clips NAME,...] [--rounds 2] [--warmup 1] [--runs 3]
                                           [--tokens 13] [--jsonl PATH] [--config DIR] [--device cuda]
@@ -7,14 +7,17 @@
 sweep_cutile_fast.py times one launch under each hint; a hint that wins there can still lose in the
 transcription (2026-11-26: fc1 at occupancy 2 was faster alone and made the H200's prompt graph slower).
 This runs the transcription itself. Each arm adds entries to this GPU's row of
-fast_linear.KERNEL_HINTS_BY_GPU for its runs ("table" adds none; "a+b" adds a's and b's); every arm
-loads a fresh model on the same weights, so its graphs are captured with its kernels. Rounds run the
-arms forwards, then backwards (A B B A), so a drift of the machine's speed falls on every arm alike.
+fast_linear.KERNEL_HINTS_BY_GPU (CANDIDATES) or of fast_linear.WIDE_TILES_BY_GPU (WIDE_TILE_CANDIDATES)
+for its runs ("table" adds none; "a+b" adds a's and b's). Every arm loads a fresh model on the same
+weights, so its graphs are captured with its kernels. Rounds run the arms forwards, then backwards
+(A B B A), so a drift of the machine's speed falls on every arm alike.
 
 Per (clip, arm): the median of every timed run over the rounds, its change against "table", and
-whether its token ids equal the table's (a hint changes how a kernel is compiled, never what it
-computes). Full-size random weights (checkpoint.random_weights, bf16), the clips of glm_asr_lab/gpu/clips.py.
-Exit 1 when an arm's ids differ or a run fails, 2 for an unknown arm or clip.
+whether its token ids equal the table's. A hint changes how a kernel is compiled, never what it
+computes: a hint arm's ids must equal the table's. A wide tile may round its sums differently, so a
+wide-tile arm's bf16 ids may differ; gpu_check.sh regret judges it. Full-size random weights
+(checkpoint.random_weights, bf16), the clips of glm_asr_lab/gpu/clips.py. Exit 1 when a hint arm's ids
+differ or a run fails, 2 for an unknown arm or clip.
 """
 
 import argparse
@@ -51,25 +54,27 @@ TRACK = "glm_asr_cutile_example:fast"
 # worker warps below 3,000 rows. Lost: the 128 x 128 GEMMs at 8 worker warps over ten windows (5-minute clip
 # +4.1 %). With none listed, the part times the table alone: the run-to-run spread a candidate must beat.
 CANDIDATES: dict[str, dict] = {}
-DEFAULT_ARMS = ",".join(["table", *CANDIDATES])
+# Weight shapes that would take WIDE_TILES_BY_GPU's 128 x 256 tiles from fewer rows, by arm name: entries for this
+# GPU's row. The encoder's fc1 over one window, on an H200 alone: 64.0 us at the table's 64 x 128 tile, 42.8 at
+# 128 x 256 with 8 worker warps (2026-11-27 e, call 1); predicted -0.7 ms on the test clip. An H100 has not timed
+# it alone.
+WIDE_TILE_CANDIDATES: dict[str, dict] = {"fc1-wide-one-window": {(5120, 1280, torch.bfloat16): 1500}}
+DEFAULT_ARMS = ",".join(["table", *CANDIDATES, *WIDE_TILE_CANDIDATES])
 DEFAULT_CLIPS = "test clip 3.5 s,45 s,5 min"
 
 
-def arm_entries(arm: str) -> dict:
-    """The table entries arm "a+b+..." adds ("table": none)."""
-    entries = {}
+def arm_entries(arm: str) -> tuple[dict, dict]:
+    """The hint entries and the wide-tile entries arm "a+b+..." adds ("table": none)."""
+    hints, wide_tiles = {}, {}
     for name in arm.split("+"):
-        if name != "table":
-            entries |= CANDIDATES[name]
-    return entries
+        hints |= CANDIDATES.get(name, {})
+        wide_tiles |= WIDE_TILE_CANDIDATES.get(name, {})
+    return hints, wide_tiles
 
 
 @contextlib.contextmanager
-def hints_added(gpu: str, entries: dict):
-    """KERNEL_HINTS_BY_GPU[gpu] with ``entries`` added (replacing the same keys) inside; restored after."""
-    from glm_asr_cutile_example import fast_linear
-
-    table = fast_linear.KERNEL_HINTS_BY_GPU
+def row_added(table: dict, gpu: str, entries: dict):
+    """table[gpu] with ``entries`` added (replacing the same keys) inside; restored after."""
     had_row, row = gpu in table, table.get(gpu, {})
     table[gpu] = {**row, **entries}
     try:
@@ -79,6 +84,16 @@ def hints_added(gpu: str, entries: dict):
             table[gpu] = row
         else:
             del table[gpu]
+
+
+@contextlib.contextmanager
+def tables_added(gpu: str, hints: dict, wide_tiles: dict):
+    """fast_linear's KERNEL_HINTS_BY_GPU and WIDE_TILES_BY_GPU rows for ``gpu`` with an arm's entries added."""
+    from glm_asr_cutile_example import fast_linear
+
+    with row_added(fast_linear.KERNEL_HINTS_BY_GPU, gpu, hints), \
+            row_added(fast_linear.WIDE_TILES_BY_GPU, gpu, wide_tiles):
+        yield
 
 
 def verdicts(rows: list[dict]) -> list[dict]:
@@ -100,12 +115,20 @@ def verdicts(rows: list[dict]) -> list[dict]:
     return out
 
 
+def unequal_ids(table: list[dict]) -> tuple[list[str], list[str]]:
+    """The verdicts whose ids differ from the table's: "clip / arm" of the wide-tile arms (regret judges them),
+    and of the others (a failure: a hint must not change the ids)."""
+    unequal = [v for v in table if not v["ids_equal"]]
+    retiled = [f"{v['clip']} / {v['arm']}" for v in unequal if arm_entries(v["arm"])[1]]
+    return retiled, [f"{v['clip']} / {v['arm']}" for v in unequal if not arm_entries(v["arm"])[1]]
+
+
 @torch.no_grad()
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arms", default=DEFAULT_ARMS,
-                        help=f"comma-separated; 'table' and CANDIDATES' names ({', '.join(CANDIDATES) or 'none now'}), "
-                             "joined by '+'")
+                        help="comma-separated; 'table' and the candidates' names "
+                             f"({', '.join([*CANDIDATES, *WIDE_TILE_CANDIDATES]) or 'none now'}), joined by '+'")
     parser.add_argument("--clips", default=DEFAULT_CLIPS, help="comma-separated names of glm_asr_lab/gpu/clips.py's clips")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1)
@@ -116,9 +139,10 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args(argv)
     arms = args.arms.split(",")
-    if unknown := {name for arm in arms for name in arm.split("+")} - set(CANDIDATES) - {"table"}:
-        print(f"--arms: unknown {', '.join(sorted(unknown))}; choose from {', '.join(['table', *CANDIDATES])}",
-              file=sys.stderr)
+    known = {"table", *CANDIDATES, *WIDE_TILE_CANDIDATES}
+    if unknown := {name for arm in arms for name in arm.split("+")} - known:
+        print(f"--arms: unknown {', '.join(sorted(unknown))}; choose from "
+              f"{', '.join(['table', *CANDIDATES, *WIDE_TILE_CANDIDATES])}", file=sys.stderr)
         return 2
     if "table" not in arms:
         arms.insert(0, "table")
@@ -145,7 +169,7 @@ def main(argv=None) -> int:
                 for arm in arms if round_index % 2 == 0 else arms[::-1]:
                     row = {"kind": "ab_hints", "clip": clip, "arm": arm, "round": round_index, "gpu": gpu}
                     try:
-                        with hints_added(gpu, arm_entries(arm)):
+                        with tables_added(gpu, *arm_entries(arm)):
                             row |= time_track(TRACK, bf16, cfg, lambda dtype: weights, inputs, args.device,
                                               args.tokens, args.warmup, args.runs)
                         results.add(row, f"{clip:16s} round {round_index} {arm:28s} {row['mean_ms']:8.2f} ms "
@@ -157,7 +181,9 @@ def main(argv=None) -> int:
     print(f"\n{'clip':16s} {'arm':28s} {'median ms':>10s} {'change':>8s}  ids equal to the table's")
     for v in table:
         print(f"{v['clip']:16s} {v['arm']:28s} {v['median_ms']:10.2f} {100 * v['change']:+7.1f}%  {v['ids_equal']}")
-    different = [f"{v['clip']} / {v['arm']}" for v in table if not v["ids_equal"]]
+    retiled, different = unequal_ids(table)
+    if retiled:
+        print(f"ids differ from the table's with wide tiles (judge them by gpu_check.sh regret): {', '.join(retiled)}")
     if different:
         print(f"FAIL: ids differ from the table's: {', '.join(different)}")
     return 1 if different or results.failed else 0
