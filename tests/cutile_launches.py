@@ -1,4 +1,5 @@
-"""Which kernel objects a cuTile launcher module launches: a test's view of the hints they were compiled with."""
+"""Which kernel objects a cuTile launcher module launches (a test's view of the hints they were compiled with),
+and with which grid and arguments."""
 
 
 def record_launches(monkeypatch, module) -> list:
@@ -12,3 +13,16 @@ def record_launches(monkeypatch, module) -> list:
 
     monkeypatch.setattr(module, "launch", record)
     return launched
+
+
+def record_launch_calls(monkeypatch, module) -> list:
+    """Every launch ``module`` makes from now on, in order, as (kernel, grid, positional arguments)."""
+    calls = []
+    real_launch = module.launch
+
+    def record(grid, kernel, *args, **options):
+        calls.append((kernel, grid, args))
+        return real_launch(grid, kernel, *args, **options)
+
+    monkeypatch.setattr(module, "launch", record)
+    return calls

@@ -24,7 +24,7 @@ from glm_asr_course.reference.torch_ops import rope_tables as torch_rope_tables
 from glm_asr_cutile_example import fast_attention, fast_head, fast_linear, fast_rope
 from glm_asr_lab.cutile_compile_check import REPO, toolchain_missing
 
-from cutile_launches import record_launches
+from cutile_launches import record_launch_calls, record_launches
 
 # Its sm_90 compile test compiles what this file launched, whatever ran before it (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("own_cutile_launch_record")
@@ -299,14 +299,7 @@ def test_decode_attention_with_the_gpus_defaults(monkeypatch, Tmax, valid, grid,
     """The split and tiles decode_attention takes on a GPU, run here by the emulator: a short cache (up to 256
     slots) is one split of 128-key steps over the group padded to 16 rows; a longer one, 32 splits of 32 keys
     over the 4 rows of the group, then their merge. Both compute what torch does."""
-    launches = []
-    real_launch = fast_attention.launch
-
-    def record(launch_grid, kernel, *args, **options):
-        launches.append((kernel, launch_grid, args))
-        return real_launch(launch_grid, kernel, *args, **options)
-
-    monkeypatch.setattr(fast_attention, "launch", record)
+    launches = record_launch_calls(monkeypatch, fast_attention)
     monkeypatch.setattr(fast_attention, "EMULATED", False)
     B, Hq, Hkv, D = 2, 16, 4, 128
     q = rand(B, Hq, D, dtype=BF16)
