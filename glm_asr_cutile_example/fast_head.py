@@ -14,7 +14,7 @@ import torch
 from glm_asr_course.runtimes.cutile import ct, launch
 from glm_asr_course.runtimes.tile_helpers import EMULATED, NEG_INF, ZERO, as_rows, cdiv, next_power_of_2, round_as
 
-from .fast_linear import RMSNORM, gemv_rows
+from .fast_linear import RMSNORM, gemv_rows, stats_block
 
 # Above any vocabulary index: loses every "lowest index" contest.
 NO_INDEX = 2 ** 31 - 1
@@ -22,7 +22,8 @@ NO_INDEX = 2 ** 31 - 1
 
 @ct.kernel
 def lm_head_argmax_kernel(x, lm_head, norm_weight, banned, suppress, part_max, part_index, eps,
-                          BLOCK_V: ct.Constant[int], BLOCK_K: ct.Constant[int], BLOCK_BANNED: ct.Constant[int]):
+                          BLOCK_V: ct.Constant[int], BLOCK_K: ct.Constant[int], BLOCK_BANNED: ct.Constant[int],
+                          BLOCK_STATS: ct.Constant[int]):
     """Logits of vocabulary tile j for row r, rmsnorm(x[r]) . lm_head[v], reduced to
     part_max[r, j] / part_index[r, j]: the largest logit and the lowest id holding it.
 
@@ -33,7 +34,7 @@ def lm_head_argmax_kernel(x, lm_head, norm_weight, banned, suppress, part_max, p
     vocab_tile = ct.bid(0)
     row = ct.bid(1)
     logits, _ = gemv_rows(x, norm_weight, row, eps, lm_head, vocab_tile, lm_head, vocab_tile, RMSNORM, False,
-                          BLOCK_V, BLOCK_K)
+                          BLOCK_V, BLOCK_K, BLOCK_STATS)
     # HF's lm_head materialises logits in the activation dtype: rounding the same way makes equal
     # logits equal here too, so ties break as they do there.
     logits = round_as(logits, x.dtype)
@@ -97,7 +98,7 @@ def greedy_head(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, lm_head_
     part_max = torch.empty((R, n_blocks), dtype=torch.float32, device=x.device)
     part_index = torch.empty((R, n_blocks), dtype=torch.int32, device=x.device)
     launch((n_blocks, R), lm_head_argmax_kernel, rows, lm_head_weight, norm_weight, banned_ids, suppress, part_max,
-           part_index, float(eps), block_v, block_k, next_power_of_2(banned_ids.numel()), pdl=True)
+           part_index, float(eps), block_v, block_k, next_power_of_2(banned_ids.numel()), stats_block(H), pdl=True)
     launch((R,), argmax_reduce_kernel, part_max, part_index, out_ids, next_power_of_2(n_blocks), pdl=True)
     return out_ids
 

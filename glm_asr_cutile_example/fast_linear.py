@@ -105,20 +105,32 @@ def gemv_input(x, norm_weight, row, k, inv_rms, PROLOGUE, BLOCK_K):
     return values
 
 
-def inverse_rms(x, row, eps, BLOCK_K):
-    """1 / sqrt(mean(x[row]^2) + eps) in fp32, over the row's x.shape[1] values."""
-    squares = ct.zeros((1, BLOCK_K), ct.float32)
-    for k in range(ct.num_tiles(x, 1, (1, BLOCK_K))):
-        values = ct.astype(ct.load(x, (row, k), (1, BLOCK_K), padding_mode=ZERO), ct.float32)
+def inverse_rms(x, row, eps, BLOCK):
+    """1 / sqrt(mean(x[row]^2) + eps) in fp32, over the row's x.shape[1] values, BLOCK a load."""
+    squares = ct.zeros((1, BLOCK), ct.float32)
+    for k in range(ct.num_tiles(x, 1, (1, BLOCK))):
+        values = ct.astype(ct.load(x, (row, k), (1, BLOCK), padding_mode=ZERO), ct.float32)
         squares = squares + values * values
     return ct.rsqrt(ct.sum(squares) / x.shape[1] + eps)
 
 
-def gemv_rows(x, norm_weight, row, eps, w, tile, w2, tile2, PROLOGUE, TWO, BLOCK_N, BLOCK_K):
+# The widest load of a row that the RMSNorm prologue's statistics take at once (stats_block).
+STATS_MAX = 8192
+
+
+def stats_block(K: int) -> int:
+    """The RMSNorm prologue's statistics load: the whole row of K values at once, up to STATS_MAX. In
+    BLOCK_K steps they were a chain of dependent loads that every block waits on after the PDL wait: the
+    decode q|k|v launch after the down GEMV took 7.10 us a layer that way, 6.71 in one load (H200,
+    2026-11-27 f, docs/gpu_runs/2026-11-27-f-h200-qkv-prologue)."""
+    return min(next_power_of_2(K), STATS_MAX)
+
+
+def gemv_rows(x, norm_weight, row, eps, w, tile, w2, tile2, PROLOGUE, TWO, BLOCK_N, BLOCK_K, BLOCK_STATS):
     """(1, BLOCK_N) fp32 sums over K of w[rows of tile ``tile``] * input, the input being x's row
     after PROLOGUE; with TWO, also those of w2[rows of tile ``tile2``] against the same input (a
     gated pair, or RoPE's two halves), else the second result repeats the first. Lane-wise partial
-    sums, one reduction after the loop."""
+    sums, one reduction after the loop. BLOCK_STATS: stats_block(K), the RMSNorm statistics' load."""
     # The first weight tiles do not depend on x: loaded before the RMSNorm statistics, their
     # latency overlaps them instead of following them, and before waiting for the kernel that wrote
     # x (launched with programmatic dependent launch, this one may start while that one drains).
@@ -128,7 +140,7 @@ def gemv_rows(x, norm_weight, row, eps, w, tile, w2, tile2, PROLOGUE, TWO, BLOCK
     ct.grid_dependency_control_wait()
     inv_rms = 0.0
     if PROLOGUE == RMSNORM:
-        inv_rms = inverse_rms(x, row, eps, BLOCK_K)
+        inv_rms = inverse_rms(x, row, eps, BLOCK_STATS)
     values = gemv_input(x, norm_weight, row, 0, inv_rms, PROLOGUE, BLOCK_K)
     acc = first * values
     if TWO:
@@ -149,7 +161,7 @@ def gemv_rows(x, norm_weight, row, eps, w, tile, w2, tile2, PROLOGUE, TWO, BLOCK
 @ct.kernel
 def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], HAS_BIAS: ct.Constant[bool],
                 GELU: ct.Constant[bool], ACCUMULATE: ct.Constant[bool], GATED: ct.Constant[bool],
-                BLOCK_N: ct.Constant[int], BLOCK_K: ct.Constant[int]):
+                BLOCK_N: ct.Constant[int], BLOCK_K: ct.Constant[int], BLOCK_STATS: ct.Constant[int]):
     """out[r, tile j] = epilogue(W[tile j] . prologue(x[r])) for the rows r of a decode step.
 
     x: (R, K); W: (N, K), or GATED (2N, K) with rows [gate; up]: the block runs gate rows j and up
@@ -164,10 +176,11 @@ def gemv_kernel(x, w, bias, norm_weight, out, eps, PROLOGUE: ct.Constant[int], H
     if GATED:
         n_out = out.shape[1]
         gate, up = gemv_rows(x, norm_weight, row, eps, w.slice(0, 0, n_out), col_tile, w.slice(0, n_out, 2 * n_out),
-                             col_tile, PROLOGUE, True, BLOCK_N, BLOCK_K)
+                             col_tile, PROLOGUE, True, BLOCK_N, BLOCK_K, BLOCK_STATS)
         ct.store(out, (row, col_tile), ct.astype(swiglu(gate, up, out.dtype), out.dtype))
     else:
-        total, _ = gemv_rows(x, norm_weight, row, eps, w, col_tile, w, col_tile, PROLOGUE, False, BLOCK_N, BLOCK_K)
+        total, _ = gemv_rows(x, norm_weight, row, eps, w, col_tile, w, col_tile, PROLOGUE, False, BLOCK_N, BLOCK_K,
+                             BLOCK_STATS)
         ct.store(out, (row, col_tile), linear_epilogue(total, bias, out, row, col_tile, HAS_BIAS, GELU, ACCUMULATE,
                                                        1, BLOCK_N))
 
@@ -330,7 +343,7 @@ def _launch(x, weight, bias, out, *, gelu=False, accumulate=False, gated=False, 
             block_n = max(1, block_n // 2)  # a gated block reads BLOCK_N gate rows and BLOCK_N up rows
         launch((cdiv(N, block_n), M), kernel, rows, weight, bias_arg,
                weight[0] if norm_weight is None else norm_weight, out_rows, float(eps), prologue, bias is not None,
-               gelu, accumulate, gated, block_n, block_k, pdl=True)
+               gelu, accumulate, gated, block_n, block_k, stats_block(K) if prologue == RMSNORM else block_k, pdl=True)
         return out
     if prologue != AS_STORED:
         raise ValueError("the RMSNorm prologue belongs to the one-row GEMV")

@@ -16,7 +16,7 @@ import torch
 from glm_asr_course.runtimes.cutile import ct, launch
 from glm_asr_course.runtimes.tile_helpers import EMULATED, next_power_of_2, round_as
 
-from .fast_linear import GEMV_STEP_BYTES, RMSNORM, gemv_rows, rms_linear
+from .fast_linear import GEMV_STEP_BYTES, RMSNORM, gemv_rows, rms_linear, stats_block
 from .glue import write_kv_cache
 from .rope import apply_rope
 
@@ -32,7 +32,7 @@ def rotate(x1, x2, cos, sin, dtype):
 @ct.kernel
 def qkv_rope_gemv_kernel(x, w, norm_weight, cos, sin, cache_pos, kv_start, q_out, k_cache, v_cache, eps,
                          N_Q_HEADS: ct.Constant[int], N_KV_HEADS: ct.Constant[int], HALF: ct.Constant[int],
-                         BLOCK_P: ct.Constant[int], BLOCK_K: ct.Constant[int]):
+                         BLOCK_P: ct.Constant[int], BLOCK_K: ct.Constant[int], BLOCK_STATS: ct.Constant[int]):
     """Pairs [p0, p0 + BLOCK_P) of one head of rmsnorm(x) @ W^T, rotated and stored.
 
     x: (1, H) the token's hidden state; W: ((Hq + 2 Hkv) * 2 HALF, H), heads q, k, v in that order;
@@ -46,7 +46,7 @@ def qkv_rope_gemv_kernel(x, w, norm_weight, cos, sin, cache_pos, kv_start, q_out
     part = ct.bid(0) % per_head
     first_rows = head * 2 * per_head + part  # tile index of the x1 rows; the x2 rows are HALF further
     x1, x2 = gemv_rows(x, norm_weight, 0, eps, w, first_rows, w, first_rows + per_head, RMSNORM, True, BLOCK_P,
-                       BLOCK_K)
+                       BLOCK_K, BLOCK_STATS)
     # The Linear's output is rounded to the activation dtype before RoPE sees it, as in transformers.
     x1 = round_as(x1, x.dtype)
     x2 = round_as(x2, x.dtype)
@@ -102,7 +102,7 @@ def project_qkv_into_cache(x: torch.Tensor, qkv_weight: torch.Tensor, norm_weigh
         block_p, block_k = _pair_tiles(half, x.dtype)
         launch(((num_q_heads + 2 * num_kv_heads) * half // block_p,), qkv_rope_gemv_kernel, x.view(1, K), qkv_weight,
                norm_weight, cos, sin, cache_pos, kv_start, q_buffer.view(num_q_heads, head_dim), k_cache, v_cache,
-               float(eps), num_q_heads, num_kv_heads, half, block_p, block_k, pdl=True)
+               float(eps), num_q_heads, num_kv_heads, half, block_p, block_k, stats_block(K), pdl=True)
         return q_buffer
     qkv = rms_linear(x, norm_weight, eps, qkv_weight, precision=precision)
     qkv = qkv.view(B, T, num_q_heads + 2 * num_kv_heads, head_dim)

@@ -366,6 +366,39 @@ def _unfused(x, weight, norm_w, Hq, Hkv, D, cos, sin, positions, caches, cache_p
     return qkv[:, :, :Hq]
 
 
+def test_the_rmsnorm_prologue_reads_its_row_in_one_load(monkeypatch):
+    """The q|k|v, gate|up and lm_head launches each take their RMSNorm statistics from one load of the whole
+    row (300 values: wider than any of their weight steps here), which the last launch argument sizes; a
+    GEMV without the prologue passes its weight step, so that it compiles no new variant. The results
+    stay torch's."""
+    H, V, Hq, Hkv, D, eps = 300, 40, 2, 1, 16, 1e-5
+    x, norm_w = rand(1, H, scale=2.0), rand(H, seed=3)
+    calls = {m: record_launch_calls(monkeypatch, m) for m in (fast_linear, fast_rope, fast_head)}
+    xd = x.double()
+    h = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps)) * norm_w.double()
+    gate_up, down = rand(2 * V, H, scale=H ** -0.5), rand(H, V, scale=V ** -0.5)
+    out = fast_linear.llama_mlp(x.clone(), norm_w, eps, gate_up, down, precision="ieee")
+    gate, up = (h @ gate_up.double().T).split(V, dim=-1)
+    assert rel_err(out - x, (torch.nn.functional.silu(gate) * up) @ down.double().T) <= 1e-5
+    lm_head = rand(V, H, scale=H ** -0.5)
+    ids = torch.zeros(1, dtype=torch.int64, device=DEV)
+    fast_head.greedy_head(x, norm_w, eps, lm_head, torch.tensor([V], device=DEV),
+                          torch.tensor([0], dtype=torch.int32, device=DEV), ids)
+    assert int(ids[0]) == int((h @ lm_head.double().T).argmax())
+    cos, sin = torch_rope_tables(torch.arange(8, device=DEV), D, 10000.0)
+    q_buffer = torch.empty(1, 1, Hq, D, device=DEV)
+    caches = [torch.zeros(1, Hkv, 8, D, device=DEV) for _ in range(2)]
+    one = torch.tensor([3], dtype=torch.int32, device=DEV)
+    fast_rope.project_qkv_into_cache(x, rand((Hq + 2 * Hkv) * D, H, scale=H ** -0.5), norm_w, eps, Hq, Hkv, D, cos,
+                                     sin, D, one[None], *caches, one, one * 0, q_buffer, precision="ieee")
+    launched = {kernel: args for module_calls in calls.values() for kernel, _, args in module_calls}
+    for kernel in (fast_linear.gemv_kernel, fast_rope.qkv_rope_gemv_kernel, fast_head.lm_head_argmax_kernel):
+        assert kernel in launched
+    assert launched[fast_head.lm_head_argmax_kernel][-1] == launched[fast_rope.qkv_rope_gemv_kernel][-1] == 512
+    gate_up_args, down_args = [args for kernel, _, args in calls[fast_linear] if kernel is fast_linear.gemv_kernel]
+    assert gate_up_args[-1] == 512 and down_args[-1] == down_args[-2]
+
+
 @pytest.mark.parametrize("dtype", [FP32, BF16])
 @pytest.mark.parametrize("ban", [0, 1])
 def test_greedy_head_picks_torchs_argmax_with_ties_and_banned_ids(dtype, ban):
