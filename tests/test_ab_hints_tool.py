@@ -97,3 +97,12 @@ def test_an_ab_at_tiny_size_runs_its_arm_under_its_hints(tiny_ckpt, tmp_path, mo
                    if getattr(k, "_pyfunc", None) is fast_attention.flash_attention_kernel._pyfunc]
     assert {"occupancy": 2} in flash_hints and {} in flash_hints
     assert fast_linear.KERNEL_HINTS_BY_GPU.get("") is None
+
+
+def test_another_track_takes_the_table_alone(monkeypatch, capsys):
+    """The candidates are cuTile's hints: on another track an arm would time nothing new (ab_patch.py times any
+    track with the table alone)."""
+    monkeypatch.setitem(ab_hints.CANDIDATES, "hint", {("flash", (1, 2, 3)): ((1, {"occupancy": 2}),)})
+    assert ab_hints.main(["--track", "glm_asr_triton_example:fast", "--arms", "hint", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pass --arms table" in err

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check of the repository, in parts that each fit one device call; the summary table last.
 #
-#   bash utils/gpu_check.sh PART [PART...] [--out DIR]        (default DIR: $OUT, else /tmp/gpu_check)
+#   bash utils/gpu_check.sh PART [PART...] [--out DIR] [--patch FILE]       (default DIR: $OUT, else /tmp/gpu_check)
 #
 #   bench     ./benchmark.sh on the test clip, 13 tokens, full-size random weights: every folder and
 #             path in bf16; the example paths in tf32 and IEEE fp32; the filled templates
@@ -41,6 +41,9 @@
 #   ab_hints  glm_asr_lab/tuning/ab_hints.py: cuTile's candidate compiler hints and wide tiles on whole
 #             transcriptions (the test clip, the 45 s and the 5-minute clips, arms in A B B A order, a hint's
 #             ids held to the table's)
+#   ab_patch  glm_asr_lab/tuning/ab_patch.py: a code change on one machine, the tree against a copy with the
+#             change reverted (--patch FILE, default ab.patch at the repository root: `git diff BEFORE AFTER`;
+#             the cuTile fast path on the test clip, three rounds, each tree in turns)
 #   long_clips  where the time of the long clips goes, both fast paths side by side (benchmark_detailed.py
 #             --compare on the 45 s and 5-minute clips of glm_asr_lab/gpu/clips.py, bf16, 13 tokens): components
 #             and kernel classes, long_clips/*.json, the largest gaps in summary.md (about 2 min on an H100)
@@ -59,16 +62,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PARTS=()
 OUT_DIR="${OUT:-/tmp/gpu_check}"
+PATCH_FILE=ab.patch
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR=$2; shift 2 ;;
+        --patch) PATCH_FILE=$2; shift 2 ;;
         all) PARTS+=(bench parity regret clips kernels robust detailed grade grade_cutile); shift ;;
-        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|long_clips|sweep_long|timeline|tune|sweep|sweep_gemm|sweep_attention|ab_hints) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath long_clips sweep_long timeline tune sweep sweep_gemm sweep_attention ab_hints all" >&2
+        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|long_clips|sweep_long|timeline|tune|sweep|sweep_gemm|sweep_attention|ab_hints|ab_patch) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR] [--patch FILE]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath long_clips sweep_long timeline tune sweep sweep_gemm sweep_attention ab_hints ab_patch all" >&2
            exit 2 ;;
     esac
 done
-[ ${#PARTS[@]} -gt 0 ] || { echo "usage: bash utils/gpu_check.sh PART... [--out DIR] (see the top of this file)" >&2; exit 2; }
+[ ${#PARTS[@]} -gt 0 ] || { echo "usage: bash utils/gpu_check.sh PART... [--out DIR] [--patch FILE] (see the top of this file)" >&2; exit 2; }
 DETAILED=/tmp/gpu_check_detailed  # packed into OUT_DIR/detailed.tgz (the device returns few files)
 mkdir -p "$OUT_DIR" "$DETAILED"
 LOG="$OUT_DIR/log.txt"
@@ -352,6 +357,10 @@ for part in "${PARTS[@]}"; do
                 step "A/B: cuTile's candidate hints and wide tiles" 560 python3 -m glm_asr_lab.tuning.ab_hints \
                     --jsonl "$OUT_DIR/ab_hints.jsonl"
             fi
+            ;;
+        ab_patch)
+            step "A/B: the change in $PATCH_FILE against the tree without it" 560 python3 -m glm_asr_lab.tuning.ab_patch \
+                "$PATCH_FILE" --jsonl "$OUT_DIR/ab_patch.jsonl"
             ;;
         sweep_attention)
             step "sweep: Triton flash and decode attention" 560 python3 -m glm_asr_lab.tuning.sweep_attention \

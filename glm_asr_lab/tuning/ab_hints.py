@@ -2,7 +2,8 @@
 """A/B of the cuTile fast path's compiler hints and wide tiles on whole transcriptions (utils/gpu_check.sh ab_hints).
 
     python -m glm_asr_lab.tuning.ab_hints [--arms NAME,...] [--clips NAME,...] [--rounds 2] [--warmup 1] [--runs 3]
-                                          [--tokens 13] [--jsonl PATH] [--config DIR] [--device cuda]
+                                          [--tokens 13] [--track FOLDER:PATH] [--jsonl PATH] [--config DIR]
+                                          [--device cuda]
 
 sweep_cutile_fast.py times one launch under each hint; a hint that wins there can still lose in the
 transcription (2026-11-26: fc1 at occupancy 2 was faster alone and made the H200's prompt graph slower).
@@ -38,7 +39,7 @@ from glm_asr_course.model.config import ModelConfig
 from glm_asr_course.model.frontend import prepare_inputs
 from glm_asr_course.model.precision import PRECISIONS
 from glm_asr_course.runtimes import gpu_name
-from glm_asr_course.tracks import use_device
+from glm_asr_course.tracks import REPO_ROOT, use_device
 from glm_asr_lab.gpu.clips import clip_names, write_clips
 from glm_asr_lab.gpu.fastpath import Results, time_track
 
@@ -104,18 +105,18 @@ def tables_added(gpu: str, hints: dict, wide_tiles: dict):
         yield
 
 
-def verdicts(rows: list[dict]) -> list[dict]:
-    """Per (clip, arm): the median over its rounds' runs, its change against "table", ids equal to the table's."""
+def verdicts(rows: list[dict], base: str = "table") -> list[dict]:
+    """Per (clip, arm): the median over its rounds' runs, its change against arm ``base``, ids equal to base's."""
     out = []
     for clip in dict.fromkeys(r["clip"] for r in rows):
         runs = {}
         for r in rows:
             if r["clip"] == clip and "runs_ms" in r:
                 runs.setdefault(r["arm"], []).append(r)
-        if "table" not in runs:
+        if base not in runs:
             continue
-        base_ms = statistics.median(ms for r in runs["table"] for ms in r["runs_ms"])
-        base_ids = runs["table"][0]["ids"]
+        base_ms = statistics.median(ms for r in runs[base] for ms in r["runs_ms"])
+        base_ids = runs[base][0]["ids"]
         for arm, arm_rows in runs.items():
             ms = statistics.median(t for r in arm_rows for t in r["runs_ms"])
             out.append({"clip": clip, "arm": arm, "median_ms": ms, "change": ms / base_ms - 1,
@@ -138,6 +139,9 @@ def main(argv=None) -> int:
                         help="comma-separated; 'table' and the candidates' names "
                              f"({', '.join(arm_names()[1:]) or 'none now'}), joined by '+'")
     parser.add_argument("--clips", default=DEFAULT_CLIPS, help="comma-separated names of glm_asr_lab/gpu/clips.py's clips")
+    parser.add_argument("--track", default=TRACK,
+                        help="FOLDER:PATH timed; the candidates are cuTile's, so another track takes the table alone "
+                             "(ab_patch.py)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--runs", type=int, default=3)
@@ -152,6 +156,9 @@ def main(argv=None) -> int:
         return 2
     if "table" not in arms:
         arms.insert(0, "table")
+    if args.track != TRACK and arms != ["table"]:
+        print(f"--track {args.track}: the candidates are {TRACK}'s; pass --arms table", file=sys.stderr)
+        return 2
 
     try:
         names = clip_names(args.clips)
@@ -173,10 +180,11 @@ def main(argv=None) -> int:
             inputs = prepare_inputs([load_audio(clips[clip])], cfg, None)
             for round_index in range(args.rounds):
                 for arm in arms if round_index % 2 == 0 else arms[::-1]:
-                    row = {"kind": "ab_hints", "clip": clip, "arm": arm, "round": round_index, "gpu": gpu}
+                    row = {"kind": "ab_hints", "clip": clip, "arm": arm, "round": round_index, "gpu": gpu,
+                           "track": args.track, "repo": str(REPO_ROOT)}
                     try:
                         with tables_added(gpu, *arm_entries(arm)):
-                            row |= time_track(TRACK, bf16, cfg, lambda dtype: weights, inputs, args.device,
+                            row |= time_track(args.track, bf16, cfg, lambda dtype: weights, inputs, args.device,
                                               args.tokens, args.warmup, args.runs)
                         results.add(row, f"{clip:16s} round {round_index} {arm:28s} {row['mean_ms']:8.2f} ms "
                                     f"(runs {', '.join(f'{ms:.2f}' for ms in row['runs_ms'])})")
