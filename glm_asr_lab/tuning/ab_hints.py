@@ -132,6 +132,18 @@ def unequal_ids(table: list[dict]) -> tuple[list[str], list[str]]:
     return retiled, [f"{v['clip']} / {v['arm']}" for v in unequal if not arm_entries(v["arm"])[1]]
 
 
+def add_timing_options(parser: argparse.ArgumentParser, *, rounds: int, runs: int) -> None:
+    """The options ab_hints and ab_patch share: rounds, runs a round and tokens a transcription, the JSON-lines
+    file, the model's sizes and the device."""
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=runs)
+    parser.add_argument("--tokens", type=int, default=13)
+    parser.add_argument("--jsonl", help="append one JSON line per result")
+    parser.add_argument("--config", metavar="DIR", help="take sizes from DIR/config.json (smoke tests)")
+    parser.add_argument("--device", default="cuda")
+
+
 @torch.no_grad()
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -142,13 +154,7 @@ def main(argv=None) -> int:
     parser.add_argument("--track", default=TRACK,
                         help="FOLDER:PATH timed; the candidates are cuTile's, so another track takes the table alone "
                              "(ab_patch.py)")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=13)
-    parser.add_argument("--jsonl", help="append one JSON line per result")
-    parser.add_argument("--config", metavar="DIR", help="take sizes from DIR/config.json (smoke tests)")
-    parser.add_argument("--device", default="cuda")
+    add_timing_options(parser, rounds=2, runs=3)
     args = parser.parse_args(argv)
     arms = args.arms.split(",")
     if unknown := {name for arm in arms for name in arm.split("+")} - set(arm_names()):

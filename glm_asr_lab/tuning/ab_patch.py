@@ -31,7 +31,7 @@ from glm_asr_course.errors import UserError
 from glm_asr_course.tracks import REPO_ROOT
 from glm_asr_lab.gpu.clips import clip_names
 from glm_asr_lab.gpu.fastpath import Results
-from glm_asr_lab.tuning.ab_hints import DEFAULT_CLIPS, TRACK, verdicts
+from glm_asr_lab.tuning.ab_hints import DEFAULT_CLIPS, TRACK, add_timing_options, verdicts
 
 NOT_COPIED = (".git", ".venv", ".cutile", ".whl", "__pycache__", "*.egg-info", ".ruff_cache", ".pytest_cache")
 
@@ -71,13 +71,7 @@ def main(argv=None) -> int:
     parser.add_argument("patch", help="the change, applied to the working tree (git diff BEFORE AFTER)")
     parser.add_argument("--track", default=TRACK, help="FOLDER:PATH timed")
     parser.add_argument("--clips", default="test clip 3.5 s", help=f"comma-separated clip names (ab_hints: {DEFAULT_CLIPS})")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--tokens", type=int, default=13)
-    parser.add_argument("--jsonl", help="append one JSON line per result")
-    parser.add_argument("--config", metavar="DIR", help="take sizes from DIR/config.json (smoke tests)")
-    parser.add_argument("--device", default="cuda")
+    add_timing_options(parser, rounds=3, runs=5)
     args = parser.parse_args(argv)
     patch = Path(args.patch)
     try:
