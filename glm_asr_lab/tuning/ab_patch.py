@@ -8,7 +8,8 @@ PATCH is the change as `git diff` writes it (a -p1 unified diff), already applie
 with `git diff BEFORE AFTER > ab.patch` at the repository root, where it travels to the device with the tree.
 A figure taken before a change on one machine and after it on another mixes the change with the machines:
 a change that saved 0.9 ms on one H200 (2026-11-27 f, call 7) looked no faster in another H200's fastpath part
-(call 6), and the compiled PyTorch path took 37.8 and 43.9 ms on two H200s with nothing changed (2026-11-27 e).
+(call 6), and the compiled PyTorch path took 37.8 and 43.9 ms on two H200s with nothing changed in it
+(2026-11-26 latest, 2026-11-27 e).
 
 The tree is copied without .git, .venv, .cutile and .whl, and `patch -R -p1` reverts PATCH in the copy. Each
 round times the track on the clips once in each tree, each in a fresh process that imports its own tree
