@@ -54,7 +54,7 @@ def test_verdicts_take_medians_over_rounds_and_flag_other_ids():
             dict(clip="c", arm="fast", runs_ms=[9.5, 30.0], ids=[1, 2]),
             dict(clip="c", arm="table", runs_ms=[11.0, 13.0], ids=[1, 2]),
             dict(clip="c", arm="wrong", runs_ms=[5.0], ids=[1, 3]),
-            dict(clip="c", arm="failed", error="Traceback ...")]
+            dict(clip="c", arm="failed", error="Traceback ..."), dict(error="a process that wrote no row")]
     table = {v["arm"]: v for v in ab_hints.verdicts(rows)}
     assert set(table) == {"table", "fast", "wrong"}
     assert table["table"]["median_ms"] == 11.5 and table["table"]["change"] == 0

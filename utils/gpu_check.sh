@@ -359,8 +359,10 @@ for part in "${PARTS[@]}"; do
             fi
             ;;
         ab_patch)
-            step "A/B: the change in $PATCH_FILE against the tree without it" 560 python3 -m glm_asr_lab.tuning.ab_patch \
-                "$PATCH_FILE" --jsonl "$OUT_DIR/ab_patch.jsonl"
+            if has_cutile; then
+                step "A/B: the change in $PATCH_FILE against the tree without it" 560 python3 -m glm_asr_lab.tuning.ab_patch \
+                    "$PATCH_FILE" --jsonl "$OUT_DIR/ab_patch.jsonl"
+            fi
             ;;
         sweep_attention)
             step "sweep: Triton flash and decode attention" 560 python3 -m glm_asr_lab.tuning.sweep_attention \

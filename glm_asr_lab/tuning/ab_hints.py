@@ -106,12 +106,13 @@ def tables_added(gpu: str, hints: dict, wide_tiles: dict):
 
 
 def verdicts(rows: list[dict], base: str = "table") -> list[dict]:
-    """Per (clip, arm): the median over its rounds' runs, its change against arm ``base``, ids equal to base's."""
+    """Per (clip, arm): the median over its rounds' runs, its change against arm ``base``, ids equal to base's.
+    Rows without runs (failures) are left out."""
     out = []
-    for clip in dict.fromkeys(r["clip"] for r in rows):
+    for clip in dict.fromkeys(r["clip"] for r in rows if "runs_ms" in r):
         runs = {}
         for r in rows:
-            if r["clip"] == clip and "runs_ms" in r:
+            if "runs_ms" in r and r["clip"] == clip:
                 runs.setdefault(r["arm"], []).append(r)
         if base not in runs:
             continue

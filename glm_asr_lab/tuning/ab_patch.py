@@ -42,17 +42,17 @@ def tree_before(patch: Path, root: Path, into: Path) -> Path:
     revert cleanly (a patch of other code, or not yet applied)."""
     before = into / "before"
     shutil.copytree(root, before, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
-    for dry_run in (["--dry-run"], []):
-        done = subprocess.run(["patch", "-R", "-p1", "-s", "-f", *dry_run, "-i", str(patch.resolve())], cwd=before,
-                              capture_output=True, text=True)
-        if done.returncode:
-            first = (done.stdout + done.stderr).strip().splitlines() or ["no output"]
-            raise UserError(f"{patch}: does not revert cleanly in a copy of {root} ({first[0]})")
+    done = subprocess.run(["patch", "-R", "-p1", "-s", "-f", "-i", str(patch.resolve())], cwd=before,
+                          capture_output=True, text=True)
+    if done.returncode:
+        first = (done.stdout + done.stderr).strip().splitlines() or ["no output"]
+        raise UserError(f"{patch}: does not revert cleanly in a copy of {root} ({first[0]})")
     return before
 
 
 def timed_in(tree: Path, label: str, round_index: int, args, scratch: Path) -> list[dict]:
-    """One ab_hints run (the table alone) in a fresh process that imports ``tree``: its rows, labelled."""
+    """One ab_hints run (the table alone) in a fresh process that imports ``tree``: its rows, labelled. Its
+    own lines stay out of stdout, where this run prints the same rows; its tracebacks go to stderr."""
     rows_file = scratch / f"{label}-{round_index}.jsonl"
     command = [sys.executable, "-m", "glm_asr_lab.tuning.ab_hints", "--arms", "table", "--track", args.track,
                "--clips", args.clips, "--rounds", "1", "--runs", str(args.runs), "--warmup", str(args.warmup),
@@ -60,7 +60,7 @@ def timed_in(tree: Path, label: str, round_index: int, args, scratch: Path) -> l
     if args.config:
         command += ["--config", str(Path(args.config).resolve())]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-    done = subprocess.run(command, cwd=tree, env=env)
+    done = subprocess.run(command, cwd=tree, env=env, stdout=subprocess.DEVNULL)
     rows = [json.loads(line) for line in rows_file.read_text().splitlines()] if rows_file.exists() else []
     if done.returncode or not rows:
         rows.append({"error": f"ab_hints exited {done.returncode} in the {label} tree"})
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         print(error, file=sys.stderr)
         return 2
     print(f"\n{'clip':16s} {'tree':8s} {'median ms':>10s} {'change':>8s}  ids equal to before's")
-    for v in verdicts([row for row in results.rows if "runs_ms" in row], base="before"):
+    for v in verdicts(results.rows, base="before"):
         print(f"{v['clip']:16s} {v['arm']:8s} {v['median_ms']:10.2f} {100 * v['change']:+7.1f}%  {v['ids_equal']}")
     return 1 if any("error" in row for row in results.rows) else 0
 
