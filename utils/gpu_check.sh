@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check of the repository, in parts that each fit one device call; the summary table last.
 #
-#   bash utils/gpu_check.sh PART [PART...] [--out DIR] [--patch FILE]       (default DIR: $OUT, else /tmp/gpu_check)
+#   bash utils/gpu_check.sh PART [PART...] [--out DIR] [--patch FILE] [--track FOLDER:PATH]       (default DIR: $OUT, else /tmp/gpu_check)
 #
 #   bench     ./benchmark.sh on the test clip, 13 tokens, full-size random weights: every folder and
 #             path in bf16; the example paths in tf32 and IEEE fp32; the filled templates
@@ -43,7 +43,7 @@
 #             ids held to the table's)
 #   ab_patch  glm_asr_lab/tuning/ab_patch.py: a code change on one machine, the tree against a copy with the
 #             change reverted (--patch FILE, default ab.patch at the repository root: `git diff BEFORE AFTER`;
-#             the cuTile fast path on the test clip, three rounds, each tree in turns)
+#             --track FOLDER:PATH, default the cuTile fast path; the test clip, three rounds, each tree in turns)
 #   long_clips  where the time of the long clips goes, both fast paths side by side (benchmark_detailed.py
 #             --compare on the 45 s and 5-minute clips of glm_asr_lab/gpu/clips.py, bf16, 13 tokens): components
 #             and kernel classes, long_clips/*.json, the largest gaps in summary.md (about 2 min on an H100)
@@ -63,17 +63,19 @@ cd "$(dirname "$0")/.."
 PARTS=()
 OUT_DIR="${OUT:-/tmp/gpu_check}"
 PATCH_FILE=ab.patch
+AB_TRACK=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT_DIR=$2; shift 2 ;;
         --patch) PATCH_FILE=$2; shift 2 ;;
+        --track) AB_TRACK=(--track "$2"); shift 2 ;;
         all) PARTS+=(bench parity regret clips kernels robust detailed grade grade_cutile); shift ;;
         bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|long_clips|sweep_long|timeline|tune|sweep|sweep_gemm|sweep_attention|ab_hints|ab_patch) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR] [--patch FILE]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath long_clips sweep_long timeline tune sweep sweep_gemm sweep_attention ab_hints ab_patch all" >&2
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR] [--patch FILE] [--track FOLDER:PATH]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath long_clips sweep_long timeline tune sweep sweep_gemm sweep_attention ab_hints ab_patch all" >&2
            exit 2 ;;
     esac
 done
-[ ${#PARTS[@]} -gt 0 ] || { echo "usage: bash utils/gpu_check.sh PART... [--out DIR] [--patch FILE] (see the top of this file)" >&2; exit 2; }
+[ ${#PARTS[@]} -gt 0 ] || { echo "usage: bash utils/gpu_check.sh PART... [--out DIR] [--patch FILE] [--track FOLDER:PATH] (see the top of this file)" >&2; exit 2; }
 DETAILED=/tmp/gpu_check_detailed  # packed into OUT_DIR/detailed.tgz (the device returns few files)
 mkdir -p "$OUT_DIR" "$DETAILED"
 LOG="$OUT_DIR/log.txt"
@@ -361,7 +363,7 @@ for part in "${PARTS[@]}"; do
         ab_patch)
             if has_cutile; then
                 step "A/B: the change in $PATCH_FILE against the tree without it" 560 python3 -m glm_asr_lab.tuning.ab_patch \
-                    "$PATCH_FILE" --jsonl "$OUT_DIR/ab_patch.jsonl"
+                    "$PATCH_FILE" "${AB_TRACK[@]}" --jsonl "$OUT_DIR/ab_patch.jsonl"
             fi
             ;;
         sweep_attention)
