@@ -232,27 +232,6 @@ def _split_keys(split, b, kv_start_ptr, cache_len_ptr, HAS_KV_START: tl.constexp
 
 
 @triton.jit
-def decode_keys_step(q, k, v, key_ok, m_i, l_i, acc, qk_scale, INPUT_PRECISION: tl.constexpr):
-    """Fold one block of cache rows (k, v; key_ok says which are visible) into the running max m_i,
-    sum l_i and unnormalised output acc of each query row: one step of the online softmax, in base 2."""
-    s = dot(q, tl.trans(k), None, INPUT_PRECISION) * qk_scale
-    s = tl.where(key_ok[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = dot(round_to(p, v.dtype), v, acc * alpha[:, None], INPUT_PRECISION)
-    return m_new, l_i, acc
-
-
-@triton.jit
-def decode_output(acc, l_i, dtype: tl.constexpr):
-    """The normalised output in ``dtype``; a row that saw no visible key gets 0 instead of NaN, as the
-    combine kernel gives it."""
-    return round_to(acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None], dtype)
-
-
-@triton.jit
 def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, cache_len_ptr, kv_start_ptr,
                                   m_ptr, l_ptr, acc_ptr, o_ptr, n_kv_heads, group, qk_scale,
                                   stride_qb, stride_qh, stride_kb, stride_kh, stride_kt,
@@ -300,10 +279,19 @@ def decode_attention_split_kernel(q_ptr, k_ptr, v_ptr, cache_len_ptr, kv_start_p
         # Masked keys read as zeros: cache slots past cache_len may hold anything.
         k = tl.load(k_rows + n[:, None] * stride_kt + offs_d[None, :], mask=key_ok[:, None] & d_ok, other=0.0)
         v = tl.load(v_rows + n[:, None] * stride_vt + offs_d[None, :], mask=key_ok[:, None] & d_ok, other=0.0)
-        m_i, l_i, acc = decode_keys_step(q, k, v, key_ok, m_i, l_i, acc, qk_scale, INPUT_PRECISION)
+        s = dot(q, tl.trans(k), None, INPUT_PRECISION) * qk_scale
+        s = tl.where(key_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = dot(round_to(p, v.dtype), v, acc * alpha[:, None], INPUT_PRECISION)
+        m_i = m_new
     if DIRECT:
+        # No visible key at all: output 0 instead of NaN, as the combine kernel does.
+        o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         tl.store(o_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
-                 decode_output(acc, l_i, o_ptr.dtype.element_ty), mask=rows[:, None] & d_ok)
+                 round_to(o, o_ptr.dtype.element_ty), mask=rows[:, None] & d_ok)
     else:
         # Partials stay unnormalised in fp32: (max, sum, sum of p*v) per query head and split.
         tl.store(m_ptr + b * stride_mb + heads * stride_mh + split, m_i, mask=rows)
@@ -354,12 +342,6 @@ def _decode_config(Tmax: int, dtype: torch.dtype) -> tuple[int, int, int]:
     if dtype == torch.float32:
         return 256, 64, 4
     return (256 if Tmax <= 256 else 128), 128, 4
-
-
-def decode_in_one_split(Tmax: int, dtype: torch.dtype) -> bool:
-    """True when decode_attention covers a cache of Tmax slots with one split: one program per kv head
-    and no combine, the work fast_rope.project_qkv_and_attend folds into the q|k|v launch."""
-    return _decode_config(Tmax, dtype)[0] >= Tmax
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_len: torch.Tensor,

@@ -11,9 +11,8 @@ that saves a round trip through memory or a launch. Read top to bottom:
   decoder_layers  28 × [RMSNorm → fused QKV GEMM → RoPE + KV-cache write → attention (causal flash
                   for the prompt, split-K flash-decoding for one new token) → O GEMM (+residual) →
                   RMSNorm → fused gate/up GEMM with SwiGLU → down GEMM (+residual)]. For one token
-                  (decode, batch 1) a layer is 4 kernels: RMSNorm → q|k|v GEMV → RoPE → cache write →
-                  attention in one (attention in a launch of its own past 256 cache slots), O (+residual),
-                  RMSNorm → gate|up, and SwiGLU → down (+residual).
+                  (decode, batch 1) a layer is 5 kernels: RMSNorm → q|k|v GEMV → RoPE → cache write in
+                  one, attention, O (+residual), RMSNorm → gate|up, and SwiGLU → down (+residual).
   greedy_head     RMSNorm + lm_head + argmax fused: the logits never reach memory.
 
 Kernels: fast_linear.py (GEMM / GEMV), fast_attention.py, fast_rope.py, fast_head.py; shared with the
@@ -36,7 +35,7 @@ from .conv import conv1d
 from .fast_attention import decode_attention, flash_attention
 from .fast_head import greedy_head
 from .fast_linear import linear, llama_mlp
-from .fast_rope import attends_in_projection, project_qkv_and_attend, project_qkv_into_cache
+from .fast_rope import project_qkv_into_cache
 from .layers import layernorm
 from .rope import apply_rope
 
@@ -46,8 +45,6 @@ class FastGlmAsr(FastPathModel):
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device, precision: Precision | str):
         super().__init__(cfg, weights, device, precision, track_ops(__package__))
-        # project_qkv_and_attend's per-kv-head counts, left at zero by each launch.
-        self.attention_arrivals = torch.zeros(cfg.decoder.num_kv_heads, dtype=torch.int32, device=self.device)
 
     def conv_gelu(self, x, weight, bias, stride: int):
         return conv1d(x, weight, bias, stride=stride, gelu=True, precision=self.dot)
@@ -75,25 +72,17 @@ class FastGlmAsr(FastPathModel):
         """x (batch·tokens, hidden) holds cache slots cache_pos … cache_pos + tokens − 1."""
         d = self.cfg.decoder
         q = torch.empty((state.batch, tokens, d.num_heads, d.head_dim), dtype=self.dtype, device=self.device)
-        attend_in_projection = decode and attends_in_projection(q, state.k_cache[0], d.rotary_dim)
-        attn = torch.empty_like(q) if attend_in_projection else None
         for layer, k_cache, v_cache in zip(self.w.decoder_layers, state.k_cache, state.v_cache):
             with region("decoder.layer"):
-                if attend_in_projection:
-                    project_qkv_and_attend(x, layer.qkv_weight, layer.ln1_weight, d.rms_norm_eps, d.num_heads,
-                                           d.num_kv_heads, d.head_dim, self.dec_cos, self.dec_sin, q, k_cache,
-                                           v_cache, state.cache_pos, state.kv_start, state.valid_len,
-                                           self.attention_arrivals, d.head_dim ** -0.5, attn, precision=self.dot)
+                project_qkv_into_cache(x, layer.qkv_weight, layer.ln1_weight, d.rms_norm_eps, d.num_heads,
+                                       d.num_kv_heads, d.head_dim, self.dec_cos, self.dec_sin, d.rotary_dim,
+                                       q, k_cache, v_cache, state.cache_pos, state.kv_start, precision=self.dot)
+                if decode:
+                    attn = decode_attention(q, k_cache, v_cache, state.valid_len, state.kv_start, d.head_dim ** -0.5,
+                                            precision=self.dot)
                 else:
-                    project_qkv_into_cache(x, layer.qkv_weight, layer.ln1_weight, d.rms_norm_eps, d.num_heads,
-                                           d.num_kv_heads, d.head_dim, self.dec_cos, self.dec_sin, d.rotary_dim,
-                                           q, k_cache, v_cache, state.cache_pos, state.kv_start, precision=self.dot)
-                    if decode:
-                        attn = decode_attention(q, k_cache, v_cache, state.valid_len, state.kv_start,
-                                                d.head_dim ** -0.5, precision=self.dot)
-                    else:
-                        attn = flash_attention(q, k_cache, v_cache, d.head_dim ** -0.5, causal=True,
-                                               precision=self.dot, kv_start=state.kv_start, kv_layout="bhtd")
+                    attn = flash_attention(q, k_cache, v_cache, d.head_dim ** -0.5, causal=True, precision=self.dot,
+                                           kv_start=state.kv_start, kv_layout="bhtd")
                 x = linear(attn.view(state.batch * tokens, -1), layer.o_weight, residual=x, out=x,
                            precision=self.dot)
                 x = llama_mlp(x, layer.ln2_weight, d.rms_norm_eps, layer.gate_up_weight, layer.down_weight,

@@ -23,8 +23,7 @@ import pytest  # noqa: E402
 from glm_asr_course.reference import torch_ops  # noqa: E402
 from glm_asr_triton_example.conv import conv1d  # noqa: E402
 from glm_asr_triton_example.fast_attention import decode_attention, flash_attention  # noqa: E402
-from glm_asr_triton_example.fast_rope import (attends_in_projection, project_qkv_and_attend,  # noqa: E402
-                                              project_qkv_into_cache, rope_qkv_into_cache)
+from glm_asr_triton_example.fast_rope import project_qkv_into_cache, rope_qkv_into_cache  # noqa: E402
 from glm_asr_triton_example.rope import rope_tables  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -147,69 +146,6 @@ def test_project_qkv_into_cache_with_a_gpus_tuned_tile(monkeypatch, launch_grids
     grids = launch_grids(fast_rope, "qkv_rope_gemv_kernel")
     test_project_qkv_into_cache(torch.bfloat16, 1, 1, 4, 2, 64, 64)
     assert grids.grids == [((4 + 2 * 2) * 32 // 2,)]
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n_q,n_kv,head_dim", [(4, 2, 64), (2, 1, 128), (8, 2, 32)])
-@pytest.mark.parametrize("slot,block_keys", [(0, 16), (19, 16), (19, 64), (32, 16), (40, 32)])
-def test_project_qkv_and_attend(dtype, n_q, n_kv, head_dim, slot, block_keys):
-    """The decode step's q|k|v launch with its attention (attention programs after the projection's):
-    q, k and v as transformers computes them, and attention of the new q over the cache's older slots and
-    the k and v just written, against torch. Two steps in a row, since every launch must leave its counts
-    at zero. The key blocks: the older keys' first block held while waiting, later blocks, the new slot
-    in either."""
-    H, Tmax, eps, scale = 96, 48, 1e-5, head_dim ** -0.5
-    g = torch.Generator().manual_seed(slot * 7 + head_dim + block_keys)
-    norm_weight = torch.randn(H, generator=g).to(DEV, dtype)
-    weight = (torch.randn((n_q + 2 * n_kv) * head_dim, H, generator=g) * H ** -0.5).to(DEV, dtype)
-    k_cache = torch.randn(1, n_kv, Tmax, head_dim, generator=g).to(DEV, dtype)
-    v_cache = torch.randn(1, n_kv, Tmax, head_dim, generator=g).to(DEV, dtype)
-    cos, sin = half_tables(64, head_dim, 10000.0)
-    kv_start = torch.zeros(1, dtype=torch.int32, device=DEV)
-    arrivals = torch.zeros(n_kv, dtype=torch.int32, device=DEV)
-    for step in (slot, slot + 1):
-        k_ref, v_ref = k_cache.clone(), v_cache.clone()
-        for cache in (k_cache, v_cache):  # slots at or past this step's must not be read before written
-            cache[:, :, step:] = float("nan")
-        x = (torch.randn(1, H, generator=g) * 2).to(DEV, dtype)
-        q_out, out = nan_like((1, 1, n_q, head_dim), dtype), nan_like((1, 1, n_q, head_dim), dtype)
-        counters = torch.tensor([step, step + 1], dtype=torch.int32, device=DEV)  # cache_pos, valid_len
-        assert attends_in_projection(q_out, k_cache, head_dim)
-        got = project_qkv_and_attend(x, weight, norm_weight, eps, n_q, n_kv, head_dim, cos, sin, q_out, k_cache,
-                                     v_cache, counters[:1], kv_start, counters[1:], arrivals, scale, out,
-                                     precision=IEEE, block_keys=block_keys)
-
-        normed = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
-        qkv = ((norm_weight * normed).double() @ weight.double().T).to(dtype).view(1, 1, -1)
-        q, k, v = qkv.split([n_q * head_dim, n_kv * head_dim, n_kv * head_dim], dim=-1)
-        position = torch.tensor([[step]], device=DEV)
-        q_ref = hf_rope(q.view(1, 1, n_q, head_dim), position, head_dim, dtype)
-        k_ref[:, :, step] = hf_rope(k.view(1, 1, n_kv, head_dim), position, head_dim, dtype)[:, 0]
-        v_ref[:, :, step] = v.view(1, n_kv, head_dim)
-        live = slice(0, step + 1)
-        for written, ref in ((q_out, q_ref), (k_cache[:, :, live], k_ref[:, :, live]),
-                             (v_cache[:, :, live], v_ref[:, :, live])):
-            assert rel_err(written, ref) < TOL[dtype]
-        ref = torch_ops.attention(q_ref.transpose(1, 2), k_ref[:, :, live], v_ref[:, :, live], scale).transpose(1, 2)
-        assert got is out and torch.isfinite(got).all()
-        assert rel_err(got, ref) < TOL[dtype]
-        assert arrivals.tolist() == [0] * n_kv
-
-
-def test_attention_joins_the_projection_only_for_one_split():
-    """attends_in_projection: one decode token with the whole head rotated, and a cache decode_attention
-    takes in one split on a GPU (256 slots; past them its splits and combine run as a launch of their own)."""
-    from glm_asr_triton_example import fast_attention
-
-    q = torch.empty(1, 1, 4, 64)
-    assert attends_in_projection(q, torch.empty(1, 2, 256, 64), 64)
-    assert not attends_in_projection(q, torch.empty(1, 2, 256, 64), 32)  # partial rotary: two launches
-    assert not attends_in_projection(torch.empty(2, 1, 4, 64), torch.empty(2, 2, 256, 64), 64)  # a batch
-    assert not attends_in_projection(torch.empty(1, 3, 4, 64), torch.empty(1, 2, 256, 64), 64)  # a prompt
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fast_attention, "INTERPRET", False)
-        assert attends_in_projection(q, torch.empty(1, 2, 256, 64), 64)
-        assert not attends_in_projection(q, torch.empty(1, 2, 512, 64), 64)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.backends.nvidia.compiler import get_ptxas  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from glm_asr_triton_example import conv, fast_attention, fast_head, fast_linear, fast_rope, layers  # noqa: E402
+from glm_asr_triton_example import conv, fast_attention, fast_head, fast_linear, layers  # noqa: E402
 
 H100 = GPUTarget("cuda", 90, 32)
 FP32 = torch.float32
@@ -87,17 +87,6 @@ def lm_head_stats() -> dict:
                          num_warps=warps, num_stages=stages, int_ptrs=("banned_ptr", "suppress_ptr", "idx_ptr"))
 
 
-def decode_qkv_attention_stats() -> dict:
-    """The decode step's q|k|v launch with its attention programs, at the model's heads."""
-    tile = fast_linear._linear_config(1, 3072, 2048, FP32, False, 132)[1]
-    return compile_stats(fast_rope.qkv_rope_gemv_kernel,
-                         dict(N_Q_HEADS=16, N_KV_HEADS=4, HEAD_DIM=128, BLOCK_P=tile["BLOCK_N"] // 2,
-                              BLOCK_K=tile["BLOCK_K"], ATTEND=True, BLOCK_G=16, INPUT_PRECISION="ieee", PDL=True,
-                              BLOCK_KEYS=fast_rope._attention_block_keys(FP32, "ieee")),
-                         num_warps=tile["num_warps"], num_stages=tile["num_stages"], floats=("eps", "qk_scale"),
-                         int_ptrs=("cache_pos_ptr", "kv_start_ptr", "valid_len_ptr", "arrivals_ptr"))
-
-
 def conv_stats(stride: int) -> dict:
     block_t, block_co, block_ci, warps, stages = conv._conv_config(FP32, "ieee")
     return compile_stats(conv.conv1d_kernel, dict(STRIDE=stride, APPLY_GELU=True, INPUT_PRECISION="ieee",
@@ -114,7 +103,6 @@ LAUNCHES = {
     "encoder flash attention (head 64)": lambda: flash_stats(64, causal=False),
     "prefill flash attention (head 128, causal)": lambda: flash_stats(128, causal=True),
     "greedy head (lm_head + argmax)": lm_head_stats,
-    "decode q|k|v + RoPE + attention (head 128)": decode_qkv_attention_stats,
     "conv2 (stride 2, GELU)": lambda: conv_stats(2),
 }
 
