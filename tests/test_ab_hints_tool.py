@@ -2,6 +2,7 @@
 one whole A/B at a tiny checkpoint's size in the cuTile emulator."""
 
 import json
+import sys
 
 import torch
 
@@ -111,6 +112,6 @@ def test_another_track_takes_the_table_alone(monkeypatch, capsys):
 def test_the_table_arm_needs_no_cutile(monkeypatch):
     """The table arm adds no entries, so it imports no cuTile: a Triton-only A/B runs where cuTile is not installed
     (2026-11-27 g, call 2: ab_patch on the Triton track failed in both trees on an H200 without .cutile)."""
-    monkeypatch.setitem(__import__("sys").modules, "glm_asr_cutile_example", None)  # importing it raises
+    monkeypatch.setitem(sys.modules, "glm_asr_cutile_example", None)  # importing it raises
     with ab_hints.tables_added("any GPU", *ab_hints.arm_entries("table")):
         pass

@@ -361,7 +361,8 @@ for part in "${PARTS[@]}"; do
             fi
             ;;
         ab_patch)
-            if has_cutile; then
+            # The default track is cuTile's fast path; a track given with --track imports only its own language.
+            if has_cutile || { [ ${#AB_TRACK[@]} -gt 0 ] && [[ ${AB_TRACK[1]} != glm_asr_cutile* ]]; }; then
                 step "A/B: the change in $PATCH_FILE against the tree without it" 560 python3 -m glm_asr_lab.tuning.ab_patch \
                     "$PATCH_FILE" "${AB_TRACK[@]}" --jsonl "$OUT_DIR/ab_patch.jsonl"
             fi

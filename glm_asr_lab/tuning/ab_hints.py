@@ -113,10 +113,11 @@ def verdicts(rows: list[dict], base: str = "table") -> list[dict]:
     """Per (clip, arm): the median over its rounds' runs, its change against arm ``base``, ids equal to base's.
     Rows without runs (failures) are left out."""
     out = []
-    for clip in dict.fromkeys(r["clip"] for r in rows if "runs_ms" in r):
+    timed = [r for r in rows if "runs_ms" in r]
+    for clip in dict.fromkeys(r["clip"] for r in timed):
         runs = {}
-        for r in rows:
-            if "runs_ms" in r and r["clip"] == clip:
+        for r in timed:
+            if r["clip"] == clip:
                 runs.setdefault(r["arm"], []).append(r)
         if base not in runs:
             continue
