@@ -70,9 +70,12 @@ def test_greedy_ids_match_transformers(track, case, tiny_ckpt, audio):
 
 
 @pytest.mark.parametrize("track", DEFAULT_TRACKS)
-def test_natural_stop_at_eos_matches_transformers(track, tiny_ckpt, audio):
-    """Without min_new_tokens a row stops at its first eos (kept) and the batch when all rows stop."""
+@pytest.mark.parametrize("launch_ahead", [False, True])
+def test_natural_stop_at_eos_matches_transformers(track, launch_ahead, tiny_ckpt, audio):
+    """Without min_new_tokens a row stops at its first eos (kept) and the batch when all rows stop; with each
+    step queued before the token of the one before is read (a GPU's default) too."""
     model, ckpt = track_model(track, tiny_ckpt)
+    model.launch_ahead = launch_ahead
     inputs = inputs_for(ckpt, [audio["short"], audio["other"]])
     expected = hf_generate(hf_model(tiny_ckpt), inputs, 48, 0, ckpt.config.eos_token_ids)
     assert model.generate(inputs, 48) == expected
