@@ -36,6 +36,9 @@
 #             CUDA-core GEMV against tensor-core tiles) and sweep_cutile_fast.py (cuTile's GEMVs on weights
 #             that miss L2, its decode attention's split size, its linear launches under compiler hints)
 #   sweep_gemm  glm_asr_lab/tuning/sweep_linear.py's prefill and encoder GEMM tiles
+#   sweep_step  glm_asr_lab/tuning/sweep_step.py: the Triton fast path's one-row GEMV tiles timed inside the
+#             decode step (its CUDA graph replayed back to back), each launch in turn, then the winners together
+#             against the table; sweep_step.jsonl and the GEMV_TILES_BY_GPU row they make (about 5 min on an H100)
 #   sweep_attention  glm_asr_lab/tuning/sweep_attention.py: Triton's flash attention tiles (encoder, prefill)
 #             and decode attention's split and tiles (about 5 min)
 #   ab_hints  glm_asr_lab/tuning/ab_hints.py: cuTile's candidate compiler hints and wide tiles on whole
@@ -70,8 +73,8 @@ while [ $# -gt 0 ]; do
         --patch) PATCH_FILE=$2; shift 2 ;;
         --track) AB_TRACK=(--track "$2"); shift 2 ;;
         all) PARTS+=(bench parity regret clips kernels robust detailed grade grade_cutile); shift ;;
-        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|long_clips|sweep_long|timeline|tune|sweep|sweep_gemm|sweep_attention|ab_hints|ab_patch) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR] [--patch FILE] [--track FOLDER:PATH]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath long_clips sweep_long timeline tune sweep sweep_gemm sweep_attention ab_hints ab_patch all" >&2
+        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|long_clips|sweep_long|timeline|tune|sweep|sweep_gemm|sweep_step|sweep_attention|ab_hints|ab_patch) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR] [--patch FILE] [--track FOLDER:PATH]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath long_clips sweep_long timeline tune sweep sweep_gemm sweep_step sweep_attention ab_hints ab_patch all" >&2
            exit 2 ;;
     esac
 done
@@ -353,6 +356,10 @@ for part in "${PARTS[@]}"; do
         sweep_gemm)
             step "sweep: Triton prefill and encoder GEMMs" 560 python3 -m glm_asr_lab.tuning.sweep_linear \
                 --sections prefill,encoder --json "$OUT_DIR/sweep_gemm.json"
+            ;;
+        sweep_step)
+            step "sweep: Triton decode GEMV tiles inside the step" 560 python3 -m glm_asr_lab.tuning.sweep_step \
+                --jsonl "$OUT_DIR/sweep_step.jsonl"
             ;;
         ab_hints)
             if has_cutile; then
