@@ -21,8 +21,9 @@ prompt, or the decode step's counters.
 
 On a GPU the loop queues each decode step before it reads the token of the step before (``launch_ahead``):
 the GPU computes token n + 1 while the host reads token n, streams it and applies the stopping rules. Waiting
-instead left the GPU idle 72-74 µs a step (docs/performance.md, 2026-11-27 g). When token n ends the
-transcription at an eos, the queued step is wasted: its token is dropped and its cache slot is never read.
+instead left the GPU idle 72-74 µs a step; queued ahead, a step in the loop takes 14-17 µs more than back to
+back (docs/performance.md, 2026-11-27 g and h, H100). When token n ends the transcription at an eos, the queued
+step is wasted: its token is dropped and its cache slot is never read.
 """
 
 from __future__ import annotations
