@@ -304,8 +304,8 @@ GEMV_TILES_BY_GPU = {
     # q|k|v 4.6 us against the rule's 5.0; gate|up 14.1 against 15.3 (bf16, weights missing L2).
     "NVIDIA H200": {(3072, 2048, torch.bfloat16): (8, 2048, 4, 2), (12288, 2048, torch.bfloat16): (4, 4096, 4, 4)},
     # Chosen inside the decode step (glm_asr_lab/tuning/sweep_step.py; docs/performance.md, 2026-11-27 h): 1,258 us
-    # a step against the rule's 1,299; q|k|v -31 us, gate|up -32, down -3 (just past the rule's own spread). The
-    # rule's 8 x 4 KiB tile takes 255 registers a thread, so two of its programs fill an SM's register file.
+    # a step against the rule's 1,299; q|k|v -31 us, gate|up -32, down -3 (just past the rule's own spread). On 4
+    # warps the rule's 8 x 4 KiB tile takes 255 registers a thread (ptxas, sm_90a): two programs fill an SM.
     "NVIDIA H100 80GB HBM3": {(3072, 2048, torch.bfloat16): (16, 2048, 4, 2),
                               (12288, 2048, torch.bfloat16): (8, 2048, 4, 2),
                               (2048, 6144, torch.bfloat16): (16, 4096, 8, 2)},
