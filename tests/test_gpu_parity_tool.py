@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from glm_asr_course.model.audio import load_audio
-from glm_asr_course.reference.hf_model import teacher_forced_regret
+from glm_asr_lab.gpu.regret import teacher_forced_regret
 from parity import hf_generate, hf_kwargs, hf_model, inputs_for, track_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from glm_asr_course.model.config import DecoderConfig, EncoderConfig, ModelConfig
-from glm_asr_course.model.engine import GreedyModel, step_counters
+from glm_asr_course.model.engine import GreedyModel
 from glm_asr_course.model.frontend import ASRInputs
 
 EOS, BANNED_EOS_STAND_IN = 7, 5  # the script's eos, and the token the head picks while eos is banned
@@ -104,7 +104,3 @@ def test_the_scripts_stop_where_the_rules_say():
     assert run(*SCRIPTS["eos_banned_until_min_new_tokens"][:1], True, 8, 3)[0] == [[3, BANNED_EOS_STAND_IN, 9, EOS]]
     assert run(*SCRIPTS["max_new_tokens_ends_it"][:1], True, 6)[0] == [[3, 4, 9, 8, 2, 2]]
 
-
-def test_step_counters_rows():
-    assert step_counters(10, 4, 2).tolist() == [[10, 11, 1], [11, 12, 0], [12, 13, 0]]
-    assert step_counters(10, 1, 0).shape == (0, 3)

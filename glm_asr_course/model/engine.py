@@ -18,12 +18,8 @@ and this class does the rest: inputs to the device, a KV cache sized in granules
 stopping rules (glm_asr_course.model.generation) and streaming each new token to a callback. Everything a
 graph reads lives on the device, so a replay needs only a few bytes copied in: the inputs of the
 prompt, or the decode step's counters.
-
-On a GPU the loop queues each decode step before it reads the token of the step before (``launch_ahead``):
-the GPU computes token n + 1 while the host reads token n, streams it and applies the stopping rules. Waiting
-instead left the GPU idle 72-74 µs a step; queued ahead, a step in the loop takes 14-17 µs more than back to
-back (docs/performance.md, 2026-11-27 g and h, H100). When token n ends the transcription at an eos, the queued
-step is wasted: its token is dropped and its cache slot is never read.
+On a GPU each decode step is queued before the host reads the token of the step before (``launch_ahead``;
+docs/performance.md, 2026-11-27 h). A transcription that stops at an eos wastes the step queued ahead.
 """
 
 from __future__ import annotations
@@ -71,45 +67,13 @@ class DecodeState:
         self.cache_pos, self.valid_len, self.ban_eos = (self.counters[i:i + 1] for i in range(3))
         self.graph = None  # the decode step
         self.prompt_graphs = {}  # (features shape, ids shape) → (PromptBuffers, graph) of the prompt phase
-        self.token_readback = TokenReadback(self.token_ids)
+        cuda = torch.device(device).type == "cuda"
+        # Each step's ids land on the host in one of two pinned buffers, in turn, with an event (launch_ahead).
+        self.host_ids = [torch.empty(batch, dtype=torch.int64, pin_memory=cuda) for _ in range(2)]
+        self.ids_landed = [torch.cuda.Event() if cuda else None for _ in range(2)]
 
     def set_counters(self, cache_pos: int, valid_len: int, ban_eos: bool):
         self.counters.copy_(torch.tensor([cache_pos, valid_len, int(ban_eos)], dtype=torch.int32))
-
-
-def step_counters(prompt_len: int, max_new_tokens: int, min_new_tokens: int) -> torch.Tensor:
-    """DecodeState.counters for each decode step, (max_new_tokens − 1, 3) int32: row n − 1 is the step that
-    computes token n (n ≥ 1) from token n − 1, which sits at cache slot prompt_len + n − 1; eos is banned while
-    fewer than min_new_tokens tokens exist. Known before the first step, so no step waits for the host to
-    compute its counters."""
-    n = torch.arange(1, max_new_tokens, dtype=torch.int32)
-    return torch.stack([prompt_len + n - 1, prompt_len + n, (n < min_new_tokens).to(torch.int32)], dim=1)
-
-
-class TokenReadback:
-    """The new token ids of each step, copied to the host behind the step that wrote them.
-
-    Two host buffers, used in turn: the copy of token n + 1 is queued while the host may still be reading
-    token n. On a GPU the buffers are pinned, so the copy is queued without waiting, and an event marks when
-    it has landed."""
-
-    def __init__(self, token_ids: torch.Tensor):
-        cuda = token_ids.device.type == "cuda"
-        self.token_ids = token_ids
-        self.host = [torch.empty(token_ids.shape, dtype=token_ids.dtype, pin_memory=cuda) for _ in range(2)]
-        self.landed = [torch.cuda.Event() if cuda else None for _ in range(2)]
-
-    def queue(self, n: int):
-        """Copy token_ids, as the work queued so far leaves them, into token n's buffer."""
-        self.host[n % 2].copy_(self.token_ids, non_blocking=True)
-        if self.landed[n % 2] is not None:
-            self.landed[n % 2].record()
-
-    def read(self, n: int) -> list[int]:
-        """Token n of every row, once its copy has landed."""
-        if self.landed[n % 2] is not None:
-            self.landed[n % 2].synchronize()
-        return self.host[n % 2].tolist()
 
 
 def capture_graph(work) -> torch.cuda.CUDAGraph:
@@ -138,8 +102,7 @@ class GreedyModel:
         # Profilers switch graphs off to see each kernel in its region; a track whose launches cannot
         # be captured switches them off for good.
         self.use_cuda_graph = True
-        # Queue each decode step before reading the token of the one before (module docstring). Off on a
-        # CPU, where a step runs as it is called and a wasted step would cost its whole time.
+        # Off on a CPU, where a step runs as it is called: a wasted step would cost its whole time.
         self.launch_ahead = self.device.type == "cuda"
 
     # ---- the forward pass: a track's model.py defines these -----------------------------------
@@ -250,16 +213,21 @@ class GreedyModel:
             # Scratch counters: the step writes cache slot 0, which the prompt phase below overwrites.
             state.set_counters(0, 1, False)
             state.graph = capture_graph(lambda: self._decode_step(state))
-        counters = step_counters(prompt_len, max_new_tokens, stop.min_new_tokens).to(self.device)
+        # Row n - 1: the counters of the step that makes token n from token n - 1, at slot prompt_len + n - 1.
+        n = np.arange(1, max_new_tokens)
+        counters = torch.from_numpy(np.stack([prompt_len + n - 1, prompt_len + n, n < stop.min_new_tokens], 1)
+                                    .astype(np.int32)).to(self.device)
         with region("decoder.prefill"):
             self._run_prompt(inputs, state, stop.ban_eos())
-        state.token_readback.queue(0)
+        self._queue_ids(state, 0)
         queued = 1  # tokens whose computation is queued
         while True:
             if self.launch_ahead and queued < max_new_tokens:
                 self._queue_step(state, counters, queued)
                 queued += 1
-            new_ids = state.token_readback.read(stop.steps_taken)
+            if state.ids_landed[stop.steps_taken % 2] is not None:
+                state.ids_landed[stop.steps_taken % 2].synchronize()
+            new_ids = state.host_ids[stop.steps_taken % 2].tolist()
             if on_token is not None:
                 on_token(new_ids)
             if stop.add(new_ids):
@@ -276,4 +244,10 @@ class GreedyModel:
                 state.graph.replay()
             else:
                 self._decode_step(state)
-        state.token_readback.queue(n)
+        self._queue_ids(state, n)
+
+    @staticmethod
+    def _queue_ids(state: DecodeState, n: int):
+        state.host_ids[n % 2].copy_(state.token_ids, non_blocking=True)
+        if state.ids_landed[n % 2] is not None:
+            state.ids_landed[n % 2].record()

@@ -46,9 +46,9 @@ from glm_asr_course.model.checkpoint import default_config_dict, random_weights 
 from glm_asr_course.model.config import ModelConfig  # noqa: E402
 from glm_asr_course.model.frontend import prepare_inputs  # noqa: E402
 from glm_asr_course.model.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
-from glm_asr_course.reference.hf_model import (build, forced_inputs, model_inputs, same_context_regret,  # noqa: E402
-                                                teacher_forced_regret, top2_gap)
+from glm_asr_course.reference.hf_model import build, model_inputs  # noqa: E402
 from glm_asr_course.tracks import REPO_ROOT, import_track  # noqa: E402
+from glm_asr_lab.gpu.regret import forced_inputs, same_context_regret, teacher_forced_regret, top2_gap  # noqa: E402
 
 HF = "transformers"
 

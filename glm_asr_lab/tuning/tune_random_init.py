@@ -32,8 +32,8 @@ from glm_asr_course.model.checkpoint import RANDOM_INIT_SCALES, default_config_d
 from glm_asr_course.model.config import ModelConfig  # noqa: E402
 from glm_asr_course.model.frontend import prepare_inputs  # noqa: E402
 from glm_asr_course.model.precision import PRECISIONS, torch_matmul_precision  # noqa: E402
-from glm_asr_course.reference.hf_model import (build, generate, model_inputs, teacher_forced_regret,  # noqa: E402
-                                                top2_gap)
+from glm_asr_course.reference.hf_model import build, generate, model_inputs  # noqa: E402
+from glm_asr_lab.gpu.regret import teacher_forced_regret, top2_gap  # noqa: E402
 from glm_asr_course.tracks import REPO_ROOT  # noqa: E402
 
 GRID = {"embed": (0.125, 0.5, 1.0), "text_out": (1.0, 0.5, 0.25), "text_qk": (1.5, 3.0), "final_norm": (1.0, 4.0)}
