@@ -11,7 +11,7 @@ from glm_asr_course.errors import UserError
 from glm_asr_course.model.checkpoint import default_config_dict
 from glm_asr_course.model.config import ModelConfig
 from glm_asr_course.tracks import REPO_ROOT
-from glm_asr_lab.tuning import sweep_step
+from glm_asr_lab.tuning import ab_hints, sweep_step
 
 
 def test_the_launch_shapes_are_the_decoders_gemvs():
@@ -27,7 +27,7 @@ def test_the_table_is_put_back_even_after_a_failure(had_row):
         table["GPU"] = {(3, 4, torch.bfloat16): (4, 1024, 4, 2)}
     before = {gpu: dict(row) for gpu, row in table.items()}
     with pytest.raises(RuntimeError):
-        with sweep_step.tiles_in_table(table, "GPU", {(3, 4, torch.bfloat16): (16, 4096, 8, 2)}):
+        with ab_hints.row_added(table, "GPU", {(3, 4, torch.bfloat16): (16, 4096, 8, 2)}):
             assert table["GPU"][(3, 4, torch.bfloat16)] == (16, 4096, 8, 2)
             raise RuntimeError("a launch failed")
     assert table == before

@@ -20,7 +20,6 @@ regret judges a new row before it lands.
 """
 
 import argparse
-import contextlib
 import itertools
 import json
 import statistics
@@ -31,8 +30,10 @@ import torch
 from triton.runtime.errors import OutOfResources
 
 from glm_asr_course.errors import UserError
+from glm_asr_lab.tuning.ab_hints import row_added
+from glm_asr_lab.tuning.sweep_linear import decode_problems
 
-LAUNCHES = ("qkv", "o", "gate_up", "down")
+LAUNCHES = ("qkv", "o", "gate_up", "down")  # in the order of sweep_linear.decode_problems
 # Tiles tried for every launch: (BLOCK_N rows, BLOCK_K in bytes, num_warps, num_stages), GEMV_TILES_BY_GPU's form.
 CANDIDATE_TILES = tuple((rows, k_bytes, warps, 2) for rows, k_bytes, warps in
                         itertools.product((4, 8, 16), (1024, 2048, 4096), (4, 8)))
@@ -50,29 +51,8 @@ def chosen_launches(names: str, device: str) -> list[str]:
 
 
 def launch_shapes(cfg) -> dict[str, tuple[int, int]]:
-    """(N, K) of each one-row GEMV of a decode step, by launch name, from the model's config."""
-    d = cfg.decoder
-    return {"qkv": ((d.num_heads + 2 * d.num_kv_heads) * d.head_dim, d.hidden_size),
-            "o": (d.hidden_size, d.num_heads * d.head_dim),
-            "gate_up": (2 * d.intermediate_size, d.hidden_size),
-            "down": (d.hidden_size, d.intermediate_size)}
-
-
-@contextlib.contextmanager
-def tiles_in_table(table: dict, gpu: str, entries: dict):
-    """``table`` (GEMV_TILES_BY_GPU) with ``entries`` in ``gpu``'s row, put back as it was on exit."""
-    had_row = gpu in table
-    row = table.setdefault(gpu, {})
-    saved = dict(row)
-    row.update(entries)
-    try:
-        yield
-    finally:
-        if had_row:
-            row.clear()
-            row.update(saved)
-        else:
-            del table[gpu]
+    """(N, K) of each one-row GEMV of a decode step, by launch name: sweep_linear.decode_problems' shapes."""
+    return {name: (problem["N"], problem["K"]) for name, problem in zip(LAUNCHES, decode_problems(cfg), strict=True)}
 
 
 def best_tiles(rows: list[dict]) -> dict[str, dict]:
@@ -139,7 +119,7 @@ def main(argv=None) -> int:
 
     def step_us(entries: dict) -> float:
         """The decode step captured with ``entries`` in the table, then replayed: µs a step."""
-        with tiles_in_table(table, gpu, entries), torch.inference_mode():
+        with row_added(table, gpu, entries), torch.inference_mode():
             model.state = None  # a fresh state: generate() captures the step with these tiles
             model.generate(inputs, 13, 13)
             graph = model.state.graph
