@@ -300,9 +300,11 @@ def _sm_count(device: torch.device) -> int:
 # {(N, K, dtype): (BLOCK_N, BLOCK_K in bytes, num_warps, num_stages)}. A GPU, shape or dtype not listed takes
 # the rule, which glm_asr_lab/tuning/sweep_linear.py's decode section chose on an H100, each launch timed alone.
 GEMV_TILES_BY_GPU = {
-    # The fastest tiles of sweep_linear.py's decode section (docs/performance.md, 2026-11-26 late, call 2):
-    # q|k|v 4.6 us against the rule's 5.0; gate|up 14.1 against 15.3 (bf16, weights missing L2).
-    "NVIDIA H200": {(3072, 2048, torch.bfloat16): (8, 2048, 4, 2), (12288, 2048, torch.bfloat16): (4, 4096, 4, 4)},
+    # Chosen inside the decode step (sweep_step.py; docs/performance.md, 2026-11-27 i, call 1): 1,038 us a step
+    # against the earlier row's 1,061; q|k|v -26 us, gate|up -20, down -19.
+    "NVIDIA H200": {(3072, 2048, torch.bfloat16): (16, 2048, 4, 2),
+                    (12288, 2048, torch.bfloat16): (8, 2048, 4, 2),
+                    (2048, 6144, torch.bfloat16): (16, 4096, 8, 2)},
     # Chosen inside the decode step (glm_asr_lab/tuning/sweep_step.py; docs/performance.md, 2026-11-27 h): 1,258 us
     # a step against the rule's 1,299; q|k|v -31 us, gate|up -32, down -3 (just past the rule's own spread). On 4
     # warps the rule's 8 x 4 KiB tile takes 255 registers a thread (ptxas, sm_90a): two programs fill an SM.
