@@ -388,6 +388,47 @@ def test_sm_90_tf32_dots_round_their_operands():
         assert (roundings > 0) == kernel_and_case.endswith("fp32 tf32"), counts
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="records the launches of interpreted runs")
+def test_every_launch_of_a_transcription_compiles_for_sm_90(monkeypatch, tmp_path, tiny_ckpt, clips):
+    """The Triton example's launches in a transcription, recorded in the interpreter and lowered for sm_90a
+    without a GPU (tests/triton_sm90.py --launches: Triton IR, then the GPU IR with the Hopper passes). The
+    interpreter runs kernels as Python and lets through what the compiler rejects: a name reused with
+    another type cost a GPU call on 2026-11-27 (i, call 4).
+
+    Recorded: the fast path in bf16, tf32 and IEEE fp32 and the course path in bf16 and IEEE fp32, one clip and
+    a batch of two, prompt and decode; then the fast path in bf16 with the tiles a GPU takes (an H100's: its
+    TMA GEMMs and GEMV tiles, decode attention's split), still run by the interpreter."""
+    from parity import inputs_for, track_model
+    from triton_sm90 import record_launches
+
+    from glm_asr_course.model.audio import load_audio
+    from glm_asr_triton_example import attention, conv, fast_attention, fast_head, fast_rope, rope
+
+    audio = [load_audio(clips["short"]), load_audio(clips["other"])]
+    launches = []
+    record_launches(monkeypatch, launches)
+    for track, precisions, batches in (("fast", ("bf16", "tf32", "fp32"), (audio[:1], audio)),
+                                       ("course", ("bf16", "fp32"), (audio,))):
+        for precision in precisions:
+            model, ckpt = track_model(f"glm_asr_triton_example:{track}", tiny_ckpt, precision)
+            for batch in batches:
+                model.generate(inputs_for(ckpt, batch), 2, 2)
+    for module in (fast_linear, fast_attention, fast_head, fast_rope, conv, layers, glue, attention, rope):
+        monkeypatch.setattr(module, "INTERPRET", False)
+    monkeypatch.setattr(fast_linear, "gpu_name", lambda device: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(fast_linear, "_sm_count", lambda device: 132)
+    model, ckpt = track_model("glm_asr_triton_example:fast", tiny_ckpt, "bf16")
+    model.generate(inputs_for(ckpt, audio[:1]), 2, 2)
+
+    kernels = {launch["kernel"] for launch in launches}
+    assert {"qkv_rope_gemv_kernel", "gemv_kernel", "decode_attention_split_kernel", "lm_head_argmax_kernel",
+            "tma_linear_kernel", "flash_attention_kernel", "linear_kernel_tf32", "softmax_kernel"} <= kernels
+    (tmp_path / "launches.json").write_text(json.dumps(launches))
+    result = sm_90_compile("--launches", str(tmp_path / "launches.json"))
+    assert not result["failed"], result["failed"]
+    assert result["compiled"] >= len(kernels)
+
+
 def test_tma_linear_falls_back_to_plain_loads(gen):
     """A row stride of 300 bf16 (600 bytes) is not TMA-addressable: the same tiles run with plain loads."""
     assert not fast_linear._tma_addressable(torch.empty(2, 300, dtype=BF16))

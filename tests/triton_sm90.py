@@ -3,6 +3,9 @@
     python tests/triton_sm90.py        (prints one JSON object: {launch: {"registers": n, "spill_bytes": n}})
     python tests/triton_sm90.py --tf32-rounding
                                        (prints {"kernel dtype precision": n}: the cvt.rna.tf32.f32 in its PTX)
+    python tests/triton_sm90.py --launches FILE
+                                       (lowers for sm_90a the launches record_launches() noted in FILE;
+                                        prints {"compiled": n, "failed": {"module.kernel key": error}})
 
 Run without TRITON_INTERPRET (the interpreter's kernels cannot be compiled): triton.compile lowers a
 kernel for the target named here, and ptxas -v, the assembler Triton itself runs, reports what each
@@ -129,8 +132,120 @@ def tf32_roundings() -> dict:
     return counts
 
 
+# ---- every launch of a run, compiled as the GPU would compile it --------------------------------------
+# The interpreter runs kernels as Python: a name reused with another type, a constexpr default or an
+# operation the compiler rejects passes there and fails only on the GPU. record_launches() notes, in an
+# interpreted run, each launch's kernel, argument types, constexprs and options; compile_launches() then
+# compiles each distinct one for sm_90a in a process without the interpreter.
+
+TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
+                torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1"}
+
+
+def describe(value):
+    """A launch argument as JSON: a pointer's or descriptor's element type, a scalar's type, a constexpr."""
+    if isinstance(value, torch.Tensor):
+        return {"pointer": TRITON_TYPES[value.dtype]}
+    if type(value).__name__ == "TensorDescriptor":
+        return {"descriptor": TRITON_TYPES[value.base.dtype], "block": list(value.block_shape)}
+    if isinstance(value, triton.language.dtype):
+        return {"tl_dtype": value.name}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"value": value}
+    raise TypeError(f"no description of a launch argument of type {type(value).__name__}")
+
+
+def record_launches(monkeypatch, launches: list) -> None:
+    """From now on (the interpreter on), append each kernel launch to ``launches`` as JSON-ready dicts."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    run = InterpretedFunction.run
+
+    def recorded(self, *args, grid, warmup, **kwargs):
+        named = dict(zip(self.arg_names, args)) | {k: v for k, v in kwargs.items() if k in self.arg_names}
+        launches.append({"module": self.fn.__module__, "kernel": self.fn.__name__,
+                         "args": {name: describe(value) for name, value in named.items()},
+                         "options": {k: v for k, v in kwargs.items() if k not in self.arg_names}})
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    monkeypatch.setattr(InterpretedFunction, "run", recorded)
+
+
+COMPILE_OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion", "maxnreg", "num_ctas")
+
+
+def lower_to_ttgir(src: ASTSource, options: dict) -> None:
+    """triton.compile's first stages for the H100: the kernel's AST to Triton IR, then to the sm_90a GPU IR
+    (layouts, pipelining, the Hopper passes). Where the interpreter and the compiler disagree, this is
+    where it shows; LLVM, PTX and ptxas, which take most of a compilation's time, are left out."""
+    from triton._C.libtriton import ir
+    from triton.compiler.compiler import make_backend
+
+    backend = make_backend(H100)
+    parsed = backend.parse_options(options)
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = src.make_ir(H100, parsed, backend.get_codegen_implementation(parsed), backend.get_module_map(),
+                         context)
+    stages = {}
+    backend.add_stages(stages, parsed, src.language)
+    metadata = {"target": H100, **parsed.__dict__}
+    for stage in ("ttir", "ttgir"):
+        module = stages[stage](module, metadata)
+
+
+def compile_key(launch: dict):
+    """(kernel, signature, constexprs, options) of a recorded launch: what its compilation depends on (a
+    scalar's type, not its value). PDL on where the kernel has it, as a GPU launches it."""
+    import importlib
+
+    kernel = getattr(importlib.import_module(launch["module"]), launch["kernel"])
+    signature, constexprs = {}, {}
+    for param in kernel.params:
+        given = launch["args"].get(param.name, {"value": getattr(param.default, "value", param.default)})
+        if param.name == "PDL":
+            given = {"value": True}
+        value = given.get("value")
+        if param.is_constexpr or ("value" in given and (value is None or isinstance(value, str))):
+            signature[param.name] = "constexpr"
+            constexprs[param.name] = triton.language.dtype(given["tl_dtype"]) if "tl_dtype" in given else value
+        elif "pointer" in given:
+            signature[param.name] = "*" + given["pointer"]
+        elif "descriptor" in given:
+            signature[param.name] = f"tensordesc<{given['descriptor']}{given['block']}>"
+        elif isinstance(value, bool):
+            signature[param.name] = "i1"
+        elif isinstance(value, int):
+            signature[param.name] = "i32" if -2**31 <= value < 2**31 else "i64"
+        else:
+            signature[param.name] = "fp32"
+    options = {k: v for k, v in launch["options"].items() if k in COMPILE_OPTIONS}
+    return kernel, signature, constexprs, options
+
+
+def compile_launches(path: str) -> dict:
+    """Lower for sm_90a (lower_to_ttgir) each distinct launch of the JSON list at ``path``. Returns how many
+    lowered and, for each that failed, the compiler's last line."""
+    distinct = {}
+    for launch in json.loads(Path(path).read_text()):
+        kernel, signature, constexprs, options = compile_key(launch)
+        key = (f"{launch['module']}.{launch['kernel']}", json.dumps([signature, constexprs, options], default=str))
+        distinct.setdefault(key, (kernel, signature, constexprs, options))
+    compiled, failed = 0, {}
+    for (name, described), (kernel, signature, constexprs, options) in distinct.items():
+        try:
+            lower_to_ttgir(ASTSource(kernel, signature, constexprs), options)
+            compiled += 1
+        except Exception as error:  # noqa: BLE001 - every failure is reported, with the launch it came from
+            failed[f"{name} {described}"] = (str(error).strip().splitlines() or [type(error).__name__])[-1][:300]
+    return {"compiled": compiled, "failed": failed}
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--tf32-rounding"]:
         print(json.dumps(tf32_roundings()))
+    elif sys.argv[1:2] == ["--launches"]:
+        print(json.dumps(compile_launches(sys.argv[2])))
     else:
         print(json.dumps({name: stats() for name, stats in LAUNCHES.items()}))
