@@ -132,11 +132,11 @@ def tf32_roundings() -> dict:
     return counts
 
 
-# ---- every launch of a run, compiled as the GPU would compile it --------------------------------------
+# ---- every launch of a run, lowered as the GPU's compiler would lower it ----------------------------
 # The interpreter runs kernels as Python: a name reused with another type, a constexpr default or an
 # operation the compiler rejects passes there and fails only on the GPU. record_launches() notes, in an
 # interpreted run, each launch's kernel, argument types, constexprs and options; compile_launches() then
-# compiles each distinct one for sm_90a in a process without the interpreter.
+# lowers each distinct one for sm_90a in a process without the interpreter.
 
 TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
                 torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1"}
