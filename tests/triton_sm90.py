@@ -5,7 +5,7 @@
                                        (prints {"kernel dtype precision": n}: the cvt.rna.tf32.f32 in its PTX)
     python tests/triton_sm90.py --launches FILE
                                        (lowers for sm_90a the launches record_launches() noted in FILE;
-                                        prints {"compiled": n, "failed": {"module.kernel key": error}})
+                                        prints {"lowered": n, "failed": {"module.kernel key": error}})
 
 Run without TRITON_INTERPRET (the interpreter's kernels cannot be compiled): triton.compile lowers a
 kernel for the target named here, and ptxas -v, the assembler Triton itself runs, reports what each
@@ -29,6 +29,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.backends.nvidia.compiler import get_ptxas  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 from glm_asr_triton_example import conv, fast_attention, fast_head, fast_linear, layers  # noqa: E402
 
@@ -146,7 +147,7 @@ def describe(value):
     """A launch argument as JSON: a pointer's or descriptor's element type, a scalar's type, a constexpr."""
     if isinstance(value, torch.Tensor):
         return {"pointer": TRITON_TYPES[value.dtype]}
-    if type(value).__name__ == "TensorDescriptor":
+    if isinstance(value, TensorDescriptor):
         return {"descriptor": TRITON_TYPES[value.base.dtype], "block": list(value.block_shape)}
     if isinstance(value, triton.language.dtype):
         return {"tl_dtype": value.name}
@@ -232,14 +233,14 @@ def compile_launches(path: str) -> dict:
         kernel, signature, constexprs, options = compile_key(launch)
         key = (f"{launch['module']}.{launch['kernel']}", json.dumps([signature, constexprs, options], default=str))
         distinct.setdefault(key, (kernel, signature, constexprs, options))
-    compiled, failed = 0, {}
+    lowered, failed = 0, {}
     for (name, described), (kernel, signature, constexprs, options) in distinct.items():
         try:
             lower_to_ttgir(ASTSource(kernel, signature, constexprs), options)
-            compiled += 1
+            lowered += 1
         except Exception as error:  # noqa: BLE001 - every failure is reported, with the launch it came from
             failed[f"{name} {described}"] = (str(error).strip().splitlines() or [type(error).__name__])[-1][:300]
-    return {"compiled": compiled, "failed": failed}
+    return {"lowered": lowered, "failed": failed}
 
 
 if __name__ == "__main__":
