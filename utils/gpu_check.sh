@@ -53,6 +53,9 @@
 #   sweep_long  where long_clips found cuTile slowest: its encoder GEMMs over 1, 2 and 10 windows, the table's
 #             launch and each tile under each compiler hint; its LayerNorm and RMSNorm by rows a block and
 #             occupancy (about 4 min on an H100)
+#   persistent_chain  glm_asr_lab/measure/persistent_chain.py: the decode step's weight stream (28 layers' four
+#             GEMVs and lm_head) as a launch per GEMV (the fast path's launcher) against one persistent launch
+#             with grid barriers, several tiles, against the copy floor; persistent_chain.jsonl (about 1 min)
 #   timeline  the decode step launch by launch, both fast paths, with and without programmatic
 #             dependent launch (about 2 min)
 #   all       bench parity regret clips kernels robust detailed grade grade_cutile
@@ -73,8 +76,8 @@ while [ $# -gt 0 ]; do
         --patch) PATCH_FILE=$2; shift 2 ;;
         --track) AB_TRACK=(--track "$2"); shift 2 ;;
         all) PARTS+=(bench parity regret clips kernels robust detailed grade grade_cutile); shift ;;
-        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|long_clips|sweep_long|timeline|tune|sweep|sweep_gemm|sweep_step|sweep_attention|ab_hints|ab_patch) PARTS+=("$1"); shift ;;
-        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR] [--patch FILE] [--track FOLDER:PATH]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath long_clips sweep_long timeline tune sweep sweep_gemm sweep_step sweep_attention ab_hints ab_patch all" >&2
+        bench|parity|regret|clips|kernels|robust|detailed|grade|grade_cutile|fastpath|long_clips|sweep_long|timeline|tune|sweep|sweep_gemm|sweep_step|sweep_attention|ab_hints|ab_patch|persistent_chain) PARTS+=("$1"); shift ;;
+        *) echo "usage: bash utils/gpu_check.sh PART... [--out DIR] [--patch FILE] [--track FOLDER:PATH]; parts: bench parity regret clips kernels robust detailed grade grade_cutile fastpath long_clips sweep_long timeline tune sweep sweep_gemm sweep_step sweep_attention ab_hints ab_patch persistent_chain all" >&2
            exit 2 ;;
     esac
 done
@@ -373,6 +376,10 @@ for part in "${PARTS[@]}"; do
                 step "A/B: the change in $PATCH_FILE against the tree without it" 560 python3 -m glm_asr_lab.tuning.ab_patch \
                     "$PATCH_FILE" "${AB_TRACK[@]}" --jsonl "$OUT_DIR/ab_patch.jsonl"
             fi
+            ;;
+        persistent_chain)
+            step "probe: the decode step's GEMVs, a launch each against one persistent launch" 300 \
+                python3 -m glm_asr_lab.measure.persistent_chain --jsonl "$OUT_DIR/persistent_chain.jsonl"
             ;;
         sweep_attention)
             step "sweep: Triton flash and decode attention" 560 python3 -m glm_asr_lab.tuning.sweep_attention \

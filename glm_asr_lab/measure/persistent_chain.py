@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""Would one persistent kernel stream a decode step's weights faster than a launch per GEMV?
+(utils/gpu_check.sh persistent_chain)
+
+    python -m glm_asr_lab.measure.persistent_chain [--layers N] [--rounds 2] [--jsonl PATH]
+
+The Triton fast path's decode step is 141 launches. Between two of them the GPU drains one launch and fills
+the next, and a launch's last wave leaves SMs idle. A persistent kernel keeps one set of programs resident
+for the whole step and puts a grid-wide barrier where one phase's output feeds the next. Before building the
+whole step that way, this probe times the structure on the step's weight stream alone. Two arms, each one
+CUDA graph replayed back to back, in A B B A order:
+
+- launches: the fast path's own one-row GEMV launcher (fast_linear.linear: this GPU's tiles, programmatic
+  dependent launch), one launch per matrix. Per layer q|k|v, o, gate|up, down, then lm_head; each reads
+  the output of the one before.
+- persistent: the same chain in one launch of persistent_gemv_chain_kernel, one or more programs per SM
+  and a grid barrier between phases. Each program loads its first weight tile of the next phase before it
+  waits at the barrier, as a PDL launch does before its wait.
+
+Neither arm has RMSNorm, RoPE, attention or a residual: the same bytes, the same dependencies, only the
+structure differs. The floor is the bytes at the copy bandwidth measured in the same run.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from glm_asr_course.runtimes.triton_helpers import INTERPRET, round_to
+
+PHASE_FIELDS = tl.constexpr(5)  # per phase: weight offset, N, K, input offset, output offset (elements)
+ALIGN = tl.constexpr(64)  # every matrix and activation slot starts at a multiple of this many elements (128 bytes in bf16)
+MAX_SPINS = 1 << 16  # polls (about a microsecond each): a barrier that waits longer reports a timeout, no hang
+# (programs per SM, BLOCK_N rows, BLOCK_K elements, warps, how the barrier polls) tried by main()
+CONFIGS = ((2, 8, 1024, 4, "atomic"), (2, 8, 1024, 4, "volatile"), (1, 16, 1024, 8, "atomic"),
+           (1, 16, 1024, 8, "volatile"), (3, 8, 1024, 4, "atomic"), (2, 16, 1024, 4, "atomic"))
+TINY = 1024  # the fixed-cost chain: as many phases, each a TINY x TINY matrix (2 MiB in bf16)
+
+
+@triton.jit
+def _grid_barrier(counter_ptr, target, timeout_ptr, POLL: tl.constexpr, MAX_SPINS: tl.constexpr):
+    """Count this program in at counter_ptr and wait until the count reaches ``target``.
+
+    The count only grows within a launch (the graph zeroes it before), so a barrier needs no reset. The
+    CTA barrier before the release makes every warp's stores part of what the count publishes. POLL
+    "volatile": every thread polls with plain loads, then one acquire orders the loads of the next phase
+    after everything the other programs stored; "atomic": one thread polls with acquiring atomics and
+    shares each answer with the others through shared memory.
+    """
+    tl.debug_barrier()
+    tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+    spins = 0
+    if POLL == "volatile":
+        while (tl.load(counter_ptr, volatile=True) < target) & (spins < MAX_SPINS):
+            spins += 1
+    else:
+        while (tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu") < target) & (spins < MAX_SPINS):
+            spins += 1
+    if tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu") < target:
+        tl.atomic_or(timeout_ptr, 1)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _first_chunk(w_ptr, phases_ptr, phase, pid, r, offs_k, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The first BLOCK_K columns of this program's first row tile of ``phase`` (zeros past the rows)."""
+    fields = phases_ptr + phase * PHASE_FIELDS
+    w_off = tl.multiple_of(tl.load(fields), ALIGN)
+    n = tl.load(fields + 1)
+    k_len = tl.multiple_of(tl.load(fields + 2), BLOCK_K)
+    rows = pid * ROWS + r
+    return tl.load(w_ptr + w_off + rows[:, None] * k_len + offs_k[None, :], mask=(rows < n)[:, None], other=0.0)
+
+
+@triton.jit
+def persistent_gemv_chain_kernel(w_ptr, act_ptr, phases_ptr, counter_ptr, timeout_ptr, first_phase, last_phase,
+                                 ROWS: tl.constexpr, BLOCK_K: tl.constexpr, POLL: tl.constexpr,
+                                 MAX_SPINS: tl.constexpr):
+    """Phases first_phase … last_phase − 1 of a chain of one-row GEMVs, act[out] = W @ act[in : in + K].
+
+    phases_ptr holds PHASE_FIELDS int64 per phase (see PHASE_FIELDS). Row tiles go to the programs in
+    turn. Between two phases every program waits at a grid barrier, so the launch must have all its
+    programs resident at once (persistent_chain checks the registers). Under the interpreter, which runs
+    programs one after another, the caller launches one phase at a time and no barrier runs.
+    """
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    r = tl.arange(0, ROWS)
+    offs_k = tl.arange(0, BLOCK_K)
+    w_next = _first_chunk(w_ptr, phases_ptr, first_phase, pid, r, offs_k, ROWS, BLOCK_K)
+    for phase in range(first_phase, last_phase):
+        fields = phases_ptr + phase * PHASE_FIELDS
+        w_off = tl.multiple_of(tl.load(fields), ALIGN)
+        n = tl.load(fields + 1)
+        k_len = tl.multiple_of(tl.load(fields + 2), BLOCK_K)
+        in_off = tl.multiple_of(tl.load(fields + 3), ALIGN)
+        out_off = tl.multiple_of(tl.load(fields + 4), ALIGN)
+        w_first = w_next
+        for tile in range(pid, n // ROWS, programs):
+            rows = tile * ROWS + r
+            w_rows = w_ptr + w_off + rows[:, None] * k_len + offs_k[None, :]
+            # .cg: the activation slots are rewritten every layer, so a line this SM's L1 kept is stale.
+            x = tl.load(act_ptr + in_off + offs_k, cache_modifier=".cg").to(tl.float32)
+            acc = w_first.to(tl.float32) * x[None, :]
+            for k in range(BLOCK_K, k_len, BLOCK_K):
+                x = tl.load(act_ptr + in_off + k + offs_k, cache_modifier=".cg").to(tl.float32)
+                acc += tl.load(w_rows + k).to(tl.float32) * x[None, :]
+            # The next tile's first columns, loaded before this tile's reduction and store.
+            w_first = tl.load(w_rows + programs * ROWS * k_len, mask=(rows + programs * ROWS < n)[:, None],
+                              other=0.0)
+            tl.store(act_ptr + out_off + rows, round_to(tl.sum(acc, axis=1), act_ptr.dtype.element_ty))
+        if phase + 1 < last_phase:
+            w_next = _first_chunk(w_ptr, phases_ptr, phase + 1, pid, r, offs_k, ROWS, BLOCK_K)
+            _grid_barrier(counter_ptr, (phase + 1 - first_phase) * programs, timeout_ptr, POLL, MAX_SPINS)
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN.value) * ALIGN.value
+
+
+def decode_chain_shapes(cfg) -> list[tuple[str, int, int]]:
+    """(name, N, K) of one decoder layer's four one-row GEMVs, in step order, from the model's config."""
+    d = cfg.decoder
+    return [("qkv", (d.num_heads + 2 * d.num_kv_heads) * d.head_dim, d.hidden_size),
+            ("o", d.hidden_size, d.num_heads * d.head_dim),
+            ("gate_up", 2 * d.intermediate_size, d.hidden_size),
+            ("down", d.hidden_size, d.intermediate_size)]
+
+
+@dataclass
+class Chain:
+    """One step's weight stream laid out for both arms: one flat weight buffer and one activation buffer."""
+
+    weights: torch.Tensor  # every matrix, flat
+    act: torch.Tensor  # the input x, then one output slot per matrix name
+    phases: torch.Tensor  # (phases, PHASE_FIELDS) int64, on the device
+    views: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # per phase: (input (1, K), W (N, K), out (1, N))
+    names: list[str]
+    counter: torch.Tensor  # int32 (1,): the barrier's count
+    timeout: torch.Tensor  # int32 (1,): set by a barrier that gave up
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(w.numel() for _, w, _ in self.views) * self.weights.element_size()
+
+
+def chain_order(layer_shapes: list[tuple[str, int, int]], layers: int, head: tuple[int, int]) -> list:
+    """(name, N, K) of every phase: ``layers`` repeats of layer_shapes, then lm_head (N, K)."""
+    return [shape for _ in range(layers) for shape in layer_shapes] + [("lm_head", *head)]
+
+
+def build_chain(layer_shapes: list[tuple[str, int, int]], layers: int, head: tuple[int, int], dtype, device,
+                seed: int = 0) -> Chain:
+    """chain_order's phases on random weights of scale K^-1/2 (the activations keep their size down the
+    chain) and a random input x. A phase reads the first K outputs of the phase before (x for the first)."""
+    order = chain_order(layer_shapes, layers, head)
+    slots, act_size = {}, _aligned(order[0][2])  # x first
+    for name, n, _ in order:
+        if name not in slots:
+            slots[name] = act_size
+            act_size += _aligned(n)
+    w_offsets, w_size = [], 0
+    for _, n, k in order:
+        w_offsets.append(w_size)
+        w_size += _aligned(n * k)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    weights = torch.empty(w_size, dtype=dtype, device=device)
+    act = torch.zeros(act_size, dtype=dtype, device=device)
+    act[:order[0][2]].normal_(generator=generator)
+    rows, views, in_off = [], [], 0
+    for (name, n, k), w_off in zip(order, w_offsets):
+        w = weights[w_off:w_off + n * k].view(n, k)
+        w.normal_(0.0, k ** -0.5, generator=generator)
+        out_off = slots[name]
+        views.append((act[in_off:in_off + k].view(1, k), w, act[out_off:out_off + n].view(1, n)))
+        rows.append((w_off, n, k, in_off, out_off))
+        in_off = out_off
+    phases = torch.tensor(rows, dtype=torch.int64, device=device)
+    counter, timeout = (torch.zeros(1, dtype=torch.int32, device=device) for _ in range(2))
+    return Chain(weights, act, phases, views, [name for name, _, _ in order], counter, timeout)
+
+
+def reference_chain(chain: Chain, x: torch.Tensor) -> torch.Tensor:
+    """The activation buffer after the chain, by torch from input x: each product in fp32, rounded to the
+    dtype, as both arms round it."""
+    act = chain.act.clone()
+    act[:x.numel()] = x
+    for w_off, n, k, in_off, out_off in chain.phases.tolist():
+        w = chain.weights[w_off:w_off + n * k].view(n, k)
+        act[out_off:out_off + n] = (w.float() @ act[in_off:in_off + k].float()).to(act.dtype)
+    return act
+
+
+def run_launches(chain: Chain) -> None:
+    """The chain through the fast path's one-row GEMV launcher, one launch per matrix."""
+    from glm_asr_triton_example.fast_linear import linear
+
+    for inp, w, out in chain.views:
+        linear(inp, w, out=out, precision="ieee")
+
+
+def run_persistent(chain: Chain, programs: int, rows: int, block_k: int, num_warps: int, poll: str = "atomic"):
+    """The chain in one persistent launch (under the interpreter: one launch a phase, no barrier); returns the
+    compiled kernel."""
+    for _, w, _ in chain.views:
+        n, k = w.shape
+        if n % rows or k % block_k:
+            raise ValueError(f"a {n} x {k} matrix does not split into {rows} x {block_k} tiles")
+    chain.counter.zero_()
+    total = len(chain.views)
+    spans = [(p, p + 1) for p in range(total)] if INTERPRET else [(0, total)]
+    for first, last in spans:
+        compiled = persistent_gemv_chain_kernel[(programs,)](
+            chain.weights, chain.act, chain.phases, chain.counter, chain.timeout, first, last,
+            ROWS=rows, BLOCK_K=block_k, POLL=poll, MAX_SPINS=MAX_SPINS, num_warps=num_warps)
+    return compiled
+
+
+def resident_programs(rows: int, block_k: int, num_warps: int, poll: str, per_sm: int, chain: Chain) -> int | None:
+    """How many programs the persistent launch gets: per_sm on every SM, or None where the compiled kernel's
+    registers, shared memory or threads do not let per_sm programs share an SM (its barrier would never open)."""
+    properties = triton.runtime.driver.active.utils.get_device_properties(chain.weights.device.index)
+    sms = properties["multiprocessor_count"]
+    # One program an SM always fits, so this first run (which compiles the kernel) cannot hang.
+    compiled = run_persistent(chain, sms, rows, block_k, num_warps, poll)
+    # A warp's registers are allocated in units of 256 (8 a thread); an SM of sm_90 has 65,536 and 2,048 threads.
+    registers = -(-compiled.n_regs // 8) * 8 * 32 * num_warps * per_sm
+    if (registers > properties["max_num_regs"] or compiled.metadata.shared * per_sm > properties["max_shared_mem"]
+            or 32 * num_warps * per_sm > 2048):
+        return None
+    return per_sm * sms
+
+
+def replay_us(graph: torch.cuda.CUDAGraph, replays: int) -> float:
+    """Median µs of one replay over groups of 20 back-to-back replays."""
+    for _ in range(10):
+        graph.replay()
+    groups = []
+    for _ in range(max(1, replays // 20)):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(20):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        groups.append(start.elapsed_time(end) * 1000 / 20)
+    return statistics.median(groups)
+
+
+def captured(fn) -> torch.cuda.CUDAGraph:
+    fn()  # compiles outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, help="decoder layers in the chain (default: the model's)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--replays", type=int, default=100)
+    parser.add_argument("--jsonl", type=Path)
+    args = parser.parse_args(argv)
+    if INTERPRET or not torch.cuda.is_available():
+        print("persistent_chain times GPU kernels: it needs CUDA (and TRITON_INTERPRET unset)", file=sys.stderr)
+        return 2
+
+    from glm_asr_course.model.checkpoint import default_config_dict
+    from glm_asr_course.model.config import ModelConfig
+    from glm_asr_course.runtimes import gpu_name
+    from glm_asr_lab.measure.roofline import measure_peaks
+
+    cfg = ModelConfig.from_dict(default_config_dict())
+    d = cfg.decoder
+    layers = args.layers or d.num_layers
+    chains = {
+        "step": build_chain(decode_chain_shapes(cfg), layers, (d.vocab_size, d.hidden_size), torch.bfloat16, "cuda"),
+        # As many phases, almost no bytes: what each structure costs a phase beyond streaming. Two slots in
+        # turn, so that no phase writes the slot it reads.
+        "fixed cost": build_chain([(f"tiny {i % 2}", TINY, TINY) for i in range(len(decode_chain_shapes(cfg)))], layers, (TINY, TINY),
+                                  torch.bfloat16, "cuda"),
+    }
+    peaks = measure_peaks("cuda")
+    gpu = gpu_name(torch.device("cuda"))
+    print(f"{gpu}: copy {peaks.bandwidth / 1e9:,.0f} GB/s. Chains of {len(chains['step'].views)} one-row GEMVs: "
+          f"the step's ({layers} layers + lm_head) and as many {TINY} x {TINY} ones")
+    out = args.jsonl.open("w") if args.jsonl else None
+    for name, chain in chains.items():
+        floor_us = chain.weight_bytes / peaks.bandwidth * 1e6
+        phases = len(chain.views)
+        print(f"\n{name}: {chain.weight_bytes / 1e9:.3f} GB, floor {floor_us:.1f} µs")
+        graphs = checked_arms(chain)
+        results = {arm: [] for arm in graphs}
+        for round_index in range(args.rounds):
+            for arm in (list(graphs) if round_index % 2 == 0 else list(graphs)[::-1]):
+                us = replay_us(graphs[arm], args.replays)
+                results[arm].append(us)
+                print(f"  {arm:48s} round {round_index}  {us:8.1f} µs", flush=True)
+                if out:
+                    out.write(json.dumps(dict(gpu=gpu, chain=name, arm=arm, round=round_index, us=us,
+                                              floor_us=floor_us, phases=phases)) + "\n")
+                    out.flush()
+        print(f"{'arm':50s} {'median µs':>10s} {'µs a phase':>11s} {'of copy':>8s}")
+        for arm, times in results.items():
+            us = statistics.median(times)
+            print(f"{arm:50s} {us:10.1f} {us / phases:11.2f} {floor_us / us:8.1%}")
+    if out:
+        out.close()
+    return 0
+
+
+def checked_arms(chain: Chain) -> dict[str, torch.cuda.CUDAGraph]:
+    """Each arm's graph, by arm name, once its output equals torch's to bf16 rounding and no barrier timed out;
+    an arm that fails either is named and left out."""
+    x = chain.act[:chain.views[0][0].numel()].clone()
+    _, _, _, _, out_off = chain.phases[-1].tolist()
+    expected = reference_chain(chain, x)[out_off:out_off + chain.views[-1][2].numel()].float()
+
+    def checked(arm: str, run) -> torch.cuda.CUDAGraph | None:
+        chain.timeout.zero_()
+        chain.act[:x.numel()].copy_(x)
+        run()
+        torch.cuda.synchronize()
+        error = ((chain.views[-1][2].view(-1).float() - expected).norm() / expected.norm()).item()
+        if chain.timeout.item() or error > 0.05:
+            print(f"  {arm}: not timed (relative error {error:.3g}, barrier timeout {chain.timeout.item()})")
+            return None
+        return captured(run)
+
+    graphs = {"launches (fast_linear.linear, PDL)": checked("launches", lambda: run_launches(chain))}
+    for per_sm, rows, block_k, warps, poll in CONFIGS:
+        arm = f"persistent {per_sm}/SM, {rows} x {block_k}, {warps} warps, {poll} poll"
+        programs = resident_programs(rows, block_k, warps, poll, per_sm, chain)
+        if programs is None:
+            print(f"  {arm}: {per_sm} programs do not fit an SM")
+            continue
+        graphs[arm] = checked(arm, lambda p=programs, r=rows, b=block_k, w=warps, q=poll:
+                              run_persistent(chain, p, r, b, w, q))
+    return {arm: graph for arm, graph in graphs.items() if graph is not None}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
