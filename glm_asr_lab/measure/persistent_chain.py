@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from glm_asr_course.runtimes.triton_helpers import INTERPRET, round_to
+from glm_asr_lab.measure.timeline import replay_us
 
 PHASE_FIELDS = tl.constexpr(5)  # per phase: weight offset, N, K, input offset, output offset (elements)
 ALIGN = tl.constexpr(64)  # every matrix and activation slot starts at a multiple of this many elements (128 bytes in bf16)
@@ -235,22 +236,6 @@ def resident_programs(rows: int, block_k: int, num_warps: int, poll: str, per_sm
             or 32 * num_warps * per_sm > 2048):
         return None
     return per_sm * sms
-
-
-def replay_us(graph: torch.cuda.CUDAGraph, replays: int) -> float:
-    """Median µs of one replay over groups of 20 back-to-back replays."""
-    for _ in range(10):
-        graph.replay()
-    groups = []
-    for _ in range(max(1, replays // 20)):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(20):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        groups.append(start.elapsed_time(end) * 1000 / 20)
-    return statistics.median(groups)
 
 
 def captured(fn) -> torch.cuda.CUDAGraph:

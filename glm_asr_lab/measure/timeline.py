@@ -9,6 +9,8 @@ part of the span in which no kernel of the replay ran (a drain no kernel overlap
 
 from statistics import median
 
+import torch
+
 from glm_asr_lab.measure.components import component_of
 
 
@@ -57,3 +59,19 @@ def decode_step_launches(profile) -> dict | None:
     return {"replays": len(steps), **{key: median(s[key] for s in steps)
                                       for key in ("span_us", "busy_us", "idle_us", "kernel_sum_us")},
             "launches": launches}
+
+
+def replay_us(graph: torch.cuda.CUDAGraph, replays: int) -> float:
+    """Median µs of one replay of a CUDA graph over groups of 20 replays back to back, after 10 untimed."""
+    for _ in range(10):
+        graph.replay()
+    groups = []
+    for _ in range(max(1, replays // 20)):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(20):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        groups.append(start.elapsed_time(end) * 1000 / 20)
+    return median(groups)

@@ -30,6 +30,7 @@ import torch
 from triton.runtime.errors import OutOfResources
 
 from glm_asr_course.errors import UserError
+from glm_asr_lab.measure.timeline import replay_us
 from glm_asr_lab.tuning.ab_hints import row_added
 from glm_asr_lab.tuning.sweep_linear import decode_problems
 
@@ -122,19 +123,7 @@ def main(argv=None) -> int:
         with row_added(table, gpu, entries), torch.inference_mode():
             model.state = None  # a fresh state: generate() captures the step with these tiles
             model.generate(inputs, 13, 13)
-            graph = model.state.graph
-            for _ in range(10):
-                graph.replay()
-            groups = []
-            for _ in range(max(1, args.replays // 20)):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(20):
-                    graph.replay()
-                end.record()
-                end.synchronize()
-                groups.append(start.elapsed_time(end) * 1000 / 20)
-        return statistics.median(groups)
+            return replay_us(model.state.graph, args.replays)
 
     def record(row: dict):
         print(f"  {row['launch']:8s} {str(row['tile'] or 'table'):22s} round {row['round']}  {row['us']:8.1f}",
