@@ -18,7 +18,9 @@ CUDA graph replayed back to back, in A B B A order:
   waits at the barrier, as a PDL launch does before its wait.
 
 Neither arm has RMSNorm, RoPE, attention or a residual: the same bytes, the same dependencies, only the
-structure differs. The floor is the bytes at the copy bandwidth measured in the same run.
+structure differs. The floor is the bytes at the copy bandwidth measured in the same run. Both arms then run a
+second chain of as many phases on 1024 x 1024 matrices: what a phase costs beyond its bytes. An arm's output
+must equal torch's to bf16 rounding before it is timed. Results: docs/performance.md, 2026-11-28 (a).
 """
 
 import argparse
@@ -37,7 +39,7 @@ from glm_asr_lab.measure.timeline import replay_us
 
 PHASE_FIELDS = tl.constexpr(5)  # per phase: weight offset, N, K, input offset, output offset (elements)
 ALIGN = tl.constexpr(64)  # every matrix and activation slot starts at a multiple of this many elements (128 bytes in bf16)
-MAX_SPINS = 1 << 16  # polls (about a microsecond each): a barrier that waits longer reports a timeout, no hang
+MAX_SPINS = 1 << 16  # polls: a barrier that waits longer reports a timeout instead of hanging the GPU
 # (programs per SM, BLOCK_N rows, BLOCK_K elements, warps, how the barrier polls) tried by main()
 CONFIGS = ((2, 8, 1024, 4, "atomic"), (2, 8, 1024, 4, "volatile"), (1, 16, 1024, 8, "atomic"),
            (1, 16, 1024, 8, "volatile"), (3, 8, 1024, 4, "atomic"), (2, 16, 1024, 4, "atomic"))
@@ -87,7 +89,7 @@ def persistent_gemv_chain_kernel(w_ptr, act_ptr, phases_ptr, counter_ptr, timeou
 
     phases_ptr holds PHASE_FIELDS int64 per phase (see PHASE_FIELDS). Row tiles go to the programs in
     turn. Between two phases every program waits at a grid barrier, so the launch must have all its
-    programs resident at once (persistent_chain checks the registers). Under the interpreter, which runs
+    programs resident at once (resident_programs checks). Under the interpreter, which runs
     programs one after another, the caller launches one phase at a time and no barrier runs.
     """
     pid = tl.program_id(0)
