@@ -19,8 +19,8 @@ CUDA graph replayed back to back, in A B B A order:
 
 Neither arm has RMSNorm, RoPE, attention or a residual: the same bytes, the same dependencies, only the
 structure differs. The floor is the bytes at the copy bandwidth measured in the same run. Both arms then run a
-second chain of as many phases on 1024 x 1024 matrices: what a phase costs beyond its bytes. An arm's output
-must equal torch's to bf16 rounding before it is timed. Results: docs/performance.md, 2026-11-28 (a).
+second chain of as many phases on 1024 x 1024 matrices: what a phase costs beyond its bytes. An arm's last output
+must be within 5 % (relative norm) of torch's before it is timed. Results: docs/performance.md, 2026-11-28 (a).
 """
 
 import argparse
@@ -305,8 +305,8 @@ def main(argv=None) -> int:
 
 
 def checked_arms(chain: Chain) -> dict[str, torch.cuda.CUDAGraph]:
-    """Each arm's graph, by arm name, once its output equals torch's to bf16 rounding and no barrier timed out;
-    an arm that fails either is named and left out."""
+    """Each arm's graph, by arm name, once its last output is within 5 % (relative norm) of torch's chain and no
+    barrier timed out; an arm that fails either is named and left out."""
     x = chain.act[:chain.views[0][0].numel()].clone()
     _, _, _, _, out_off = chain.phases[-1].tolist()
     expected = reference_chain(chain, x)[out_off:out_off + chain.views[-1][2].numel()].float()
