@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What each track's compiler makes of the decode step's one-row GEMVs, compiled for sm_90 on any machine.
+"""What each track's compiler makes of the decode step's one-row GEMVs, compiled for Hopper on any machine.
 
     python -m glm_asr_lab.measure.gemv_sass [--gpu "NVIDIA H100 80GB HBM3"] [--json PATH]
 
@@ -9,9 +9,10 @@ The two fast paths run the same GEMV algorithm: lane-wise partial sums over K st
 before the PDL wait, the RMSNorm prologue recomputed by every block. On a GPU cuTile's launches still add more
 to a decode step than Triton's (docs/performance.md, 2026-11-28 a). This compiles the o, gate|up and down GEMVs
 of both tracks as the fast paths launch them for the named GPU (tiles, compiler hints), at the model's shapes,
-and reads the machine code: registers a thread, threads and shared memory a block, blocks an SM (what those
-allow), and the load instructions. LDG moves global memory into registers; UTMALDG is a TMA copy into shared
-memory, which LDS then reads into registers.
+and reads the machine code (Triton's for sm_90a, cuTile's for sm_90): registers a thread, threads and shared
+memory a block, blocks an SM (what those allow), and the load instructions. LDG moves global memory into
+registers; UTMALDG is a TMA copy into shared memory, which LDS then reads into registers. Shared memory is
+what the code declares plus, for Triton, what its launch asks for (the kernel's metadata).
 
 cuTile's launches are taken from an emulated run that records them (GLM_ASR_CUTILE_RECORD), in a process of
 its own, since the cuTile runtime picks the emulator or the compiler when it is imported.
@@ -27,6 +28,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -34,7 +36,8 @@ from glm_asr_course.tracks import REPO_ROOT
 
 H100 = "NVIDIA H100 80GB HBM3"
 LOADS = ("LDG", "UTMALDG", "LDS", "LDGSTS")  # the load instructions counted, by their first word
-SM90_REGISTERS, SM90_SHARED, SM90_THREADS, SM90_BLOCKS = 65536, 227 * 1024, 2048, 32  # one SM's
+SM90_REGISTERS, SM90_SHARED, SM90_THREADS, SM90_BLOCKS = 65536, 228 * 1024, 2048, 32  # one SM of sm_90
+SMS = 132  # the H100's and the H200's: how many programs fast_linear's rule plans for
 
 
 def decode_gemvs(cfg) -> dict[str, tuple[int, int]]:
@@ -49,19 +52,20 @@ def record_cutile_launches(shapes: dict[str, tuple[int, int]]) -> None:
     (the emulator's own tiles are larger). Run with GLM_ASR_CUTILE=emulate and GLM_ASR_CUTILE_RECORD set."""
     from glm_asr_cutile_example import fast_linear
 
-    fast_linear.EMULATED = False  # linear_tiles' GPU branch
     bf16 = torch.bfloat16
     (n_o, k_o), (n_gu, k_gu), (n_down, k_down) = shapes["o"], shapes["gate_up"], shapes["down"]
     x = torch.zeros(1, n_o, dtype=bf16)
-    fast_linear.linear(torch.zeros(1, k_o, dtype=bf16), torch.zeros(n_o, k_o, dtype=bf16), accumulate_into=x,
-                       precision="ieee")
-    fast_linear.llama_mlp(x, torch.ones(k_gu, dtype=bf16), 1e-5, torch.zeros(n_gu, k_gu, dtype=bf16),
-                          torch.zeros(n_down, k_down, dtype=bf16), precision="ieee")
+    # linear_tiles picks larger tiles for the emulator, which pays per block; the GPU's are what is compiled.
+    with mock.patch.object(fast_linear, "EMULATED", False):
+        fast_linear.linear(torch.zeros(1, k_o, dtype=bf16), torch.zeros(n_o, k_o, dtype=bf16), accumulate_into=x,
+                           precision="ieee")
+        fast_linear.llama_mlp(x, torch.ones(k_gu, dtype=bf16), 1e-5, torch.zeros(n_gu, k_gu, dtype=bf16),
+                              torch.zeros(n_down, k_down, dtype=bf16), precision="ieee")
 
 
-def cutile_cubins(signatures: list[dict], gpu: str) -> list[tuple[str, bytes]]:
-    """(constants, cubin) of each recorded GEMV launch, compiled with the GPU's hints."""
-    os.environ["GLM_ASR_CUTILE"] = "compile"
+def cutile_cubins(signatures: list[dict], gpu: str) -> list[tuple[str, bytes, int]]:
+    """(constants, cubin, 0: no shared memory beyond what the code declares) of each recorded GEMV launch,
+    compiled with the GPU's hints. The process must have GLM_ASR_CUTILE=compile (main sets it)."""
     from glm_asr_cutile_example import fast_linear
     from glm_asr_lab.cutile_compile_check import _import_compiler, kernel_signature
 
@@ -78,12 +82,12 @@ def cutile_cubins(signatures: list[dict], gpu: str) -> list[tuple[str, bytes]]:
                                   gpu_code="sm_90", output_format="cubin")
         described = " ".join(f"{k}={v}" for k, v in constants.items() if k in ("GATED", "ACCUMULATE", "BLOCK_N",
                                                                                  "BLOCK_K", "PROLOGUE"))
-        out.append((f"{described} {hints or ''}".strip(), buffer.getvalue()))
+        out.append((f"{described} {hints or ''}".strip(), buffer.getvalue(), 0))
     return out
 
 
-def triton_cubins(shapes: dict[str, tuple[int, int]], gpu: str) -> dict[str, tuple[str, bytes]]:
-    """(tile, cubin) of Triton's o, gate|up and down GEMVs as fast_linear launches them on ``gpu``: o
+def triton_cubins(shapes: dict[str, tuple[int, int]], gpu: str) -> dict[str, tuple[str, bytes, int]]:
+    """(tile, cubin, shared bytes its launch asks for) of Triton's o, gate|up and down GEMVs as fast_linear launches them on ``gpu``: o
     (+residual), gate|up (RMSNorm prologue), down (SwiGLU prologue, +residual). The arguments a launch passes
     as None (no bias, no split-K partials, no norm weight without the RMSNorm prologue) are constants, as there."""
     import triton
@@ -96,7 +100,7 @@ def triton_cubins(shapes: dict[str, tuple[int, int]], gpu: str) -> dict[str, tup
     out = {}
     for name, (n, k) in shapes.items():
         prologue, residual = prologues[name]
-        kind, cfg = fast_linear._linear_config(1, n, k, torch.bfloat16, False, 132, gpu=gpu)
+        kind, cfg = fast_linear._linear_config(1, n, k, torch.bfloat16, False, SMS, gpu=gpu)
         assert kind == "gemv", (name, kind)
         cfg = dict(cfg)
         warps, stages = cfg.pop("num_warps"), cfg.pop("num_stages")
@@ -117,7 +121,7 @@ def triton_cubins(shapes: dict[str, tuple[int, int]], gpu: str) -> dict[str, tup
         compiled = triton.compile(ASTSource(fast_linear.gemv_kernel, signature, constants, attrs=attrs),
                                   target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
         tile = f"BLOCK_N={cfg['BLOCK_N']} BLOCK_K={cfg['BLOCK_K']} SPLIT_K={cfg['SPLIT_K']}"
-        out[name] = (tile, compiled.asm["cubin"])
+        out[name] = (tile, compiled.asm["cubin"], compiled.metadata.shared)
     return out
 
 
@@ -127,18 +131,19 @@ def cuobjdump() -> str:
     return str(Path(triton.backends.nvidia.__file__).parent / "bin" / "cuobjdump")
 
 
-def machine_code(cubin: bytes) -> dict:
-    """Registers and shared memory, threads a block (the code's required block size), blocks an SM and the
-    load instructions of one kernel's cubin, read by cuobjdump."""
+def machine_code(cubin: bytes, launch_shared: int) -> dict:
+    """Registers, shared memory (what the code declares + ``launch_shared``), threads a block (the code's
+    required block size), blocks an SM and the load instructions of one kernel's cubin, read by cuobjdump."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
         file.write(cubin)
         file.flush()
         read = {flag: subprocess.run([cuobjdump(), flag, file.name], capture_output=True, text=True, check=True).stdout
                 for flag in ("-res-usage", "-sass", "-elf")}
     registers = int(re.search(r"REG:(\d+)", read["-res-usage"]).group(1))
-    shared = int(re.search(r"SHARED:(\d+)", read["-res-usage"]).group(1))
-    threads = int(re.search(r"\.reqntid (\d+)", read["-elf"]).group(1))
-    loads = Counter(m.group(1) for m in re.finditer(r"\b(LDGSTS|UTMALDG|LDG|LDS)[.A-Z0-9_]*\s", read["-sass"]))
+    shared = int(re.search(r"SHARED:(\d+)", read["-res-usage"]).group(1)) + launch_shared
+    threads = int(re.search(r"EIATTR_REQNTID\s+Format:\s+\S+\s+Value:\s+(0x[0-9a-f]+)", read["-elf"]).group(1), 16)
+    # LDG but not LDGDEPBAR, LDS but not LDSM (a matrix load of the reduction).
+    loads = Counter(m.group(1) for m in re.finditer(r"\b(LDGSTS|UTMALDG|LDG|LDS)(?=[.\s])", read["-sass"]))
     registers_a_warp = -(-registers * 32 // 256) * 256  # allocated in units of 256
     blocks = min(SM90_BLOCKS, SM90_REGISTERS // (registers_a_warp * threads // 32), SM90_THREADS // threads,
                  SM90_SHARED // shared if shared else SM90_BLOCKS)
@@ -164,6 +169,7 @@ def main(argv=None) -> int:
         return 2
     from glm_asr_lab.cutile_compile_check import toolchain_missing
 
+    os.environ["GLM_ASR_CUTILE"] = "compile"  # before anything imports the cuTile runtime, which reads it once
     missing = toolchain_missing()
     if missing:
         print(f"gemv_sass: {missing}", file=sys.stderr)
@@ -171,19 +177,24 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         record = Path(tmp) / "launches.json"
         env = dict(os.environ, GLM_ASR_CUTILE="emulate", GLM_ASR_CUTILE_RECORD=str(record), TRITON_INTERPRET="1")
-        subprocess.run([sys.executable, "-m", "glm_asr_lab.measure.gemv_sass", "--record", str(record)], env=env,
-                       cwd=REPO_ROOT, check=True)
+        recorded = subprocess.run([sys.executable, "-m", "glm_asr_lab.measure.gemv_sass", "--record", str(record)],
+                                  env=env, cwd=REPO_ROOT, capture_output=True, text=True)
+        if recorded.returncode:
+            last = (recorded.stderr.strip().splitlines() or ["no output"])[-1]
+            print(f"gemv_sass: recording cuTile's launches failed: {last}", file=sys.stderr)
+            return 1
         signatures = [s for s in json.loads(record.read_text()) if s["kernel"].endswith("fast_linear.gemv_kernel")]
     # The recording launches o, gate|up, down in that order; each is one signature.
     cutile = dict(zip(shapes, cutile_cubins(signatures, args.gpu), strict=True))
     triton_side = triton_cubins(shapes, args.gpu)
     rows = []
-    print(f"The decode step's one-row GEMVs compiled for sm_90 with {args.gpu}'s tiles and hints, bf16")
+    print(f"The decode step's one-row GEMVs compiled for Hopper (Triton sm_90a, cuTile sm_90) with {args.gpu}'s tiles "
+          "and hints, bf16")
     print(f"{'launch':8s} {'track':7s} {'regs':>4s} {'threads':>7s} {'shared B':>8s} {'blocks/SM':>9s}  "
           + "  ".join(f"{name:>7s}" for name in LOADS) + "  launch options")
     for name in shapes:
-        for track, (options, cubin) in (("triton", triton_side[name]), ("cutile", cutile[name])):
-            code = machine_code(cubin)
+        for track, (options, cubin, launch_shared) in (("triton", triton_side[name]), ("cutile", cutile[name])):
+            code = machine_code(cubin, launch_shared)
             rows.append(dict(launch=name, track=track, options=options, **code))
             print(f"{name:8s} {track:7s} {code['registers']:4d} {code['threads']:7d} {code['shared_bytes']:8d} "
                   f"{code['blocks_an_sm']:9d}  " + "  ".join(f"{code['loads'][n]:7d}" for n in LOADS) + f"  {options}")

@@ -14,13 +14,14 @@ CUDA graph replayed back to back, in A B B A order:
   dependent launch), one launch per matrix. Per layer q|k|v, o, gate|up, down, then lm_head; each reads
   the output of the one before.
 - persistent: the same chain in one launch of persistent_gemv_chain_kernel, one or more programs per SM
-  and a grid barrier between phases. Each program loads its first weight tile of the next phase before it
-  waits at the barrier, as a PDL launch does before its wait.
+  and a grid barrier between phases. Between counting itself in at the barrier and waiting there, each
+  program loads the first columns of its next weight tile, as a PDL launch does before its wait.
 
 Neither arm has RMSNorm, RoPE, attention or a residual: the same bytes, the same dependencies, only the
 structure differs. The floor is the bytes at the copy bandwidth measured in the same run. Both arms then run a
-second chain of as many phases on 1024 x 1024 matrices: what a phase costs beyond its bytes. An arm's last output
-must be within 5 % (relative norm) of torch's before it is timed. Results: docs/performance.md, 2026-11-28 (a).
+second chain of as many phases on 1024 x 1024 matrices (2 MiB each): what a phase costs when it has few bytes to
+move. An arm's last output must be within 5 % (relative norm) of torch's, and no barrier may have timed out,
+before it is timed and again after. Results: docs/performance.md, 2026-11-28 (a).
 """
 
 import argparse
@@ -38,34 +39,44 @@ from glm_asr_course.runtimes.triton_helpers import INTERPRET, round_to
 from glm_asr_lab.measure.timeline import replay_us
 
 PHASE_FIELDS = tl.constexpr(5)  # per phase: weight offset, N, K, input offset, output offset (elements)
-ALIGN = tl.constexpr(64)  # every matrix and activation slot starts at a multiple of this many elements (128 bytes in bf16)
+ALIGN = tl.constexpr(64)  # every matrix and activation slot starts at a multiple of 64 elements (128 bytes in bf16)
 MAX_SPINS = 1 << 16  # polls: a barrier that waits longer reports a timeout instead of hanging the GPU
 # (programs per SM, BLOCK_N rows, BLOCK_K elements, warps, how the barrier polls) tried by main()
 CONFIGS = ((2, 8, 1024, 4, "atomic"), (2, 8, 1024, 4, "volatile"), (1, 16, 1024, 8, "atomic"),
            (1, 16, 1024, 8, "volatile"), (3, 8, 1024, 4, "atomic"), (2, 16, 1024, 4, "atomic"))
 TINY = 1024  # the fixed-cost chain: as many phases, each a TINY x TINY matrix (2 MiB in bf16)
+# One SM of sm_90 (the H100 and the H200): registers, shared memory (less the 1 KiB each block reserves), threads.
+SM90_REGISTERS, SM90_SHARED_BYTES, SM90_RESERVED_BYTES, SM90_THREADS = 65536, 228 * 1024, 1024, 2048
 
 
 @triton.jit
-def _grid_barrier(counter_ptr, target, timeout_ptr, POLL: tl.constexpr, MAX_SPINS: tl.constexpr):
-    """Count this program in at counter_ptr and wait until the count reaches ``target``.
-
-    The count only grows within a launch (the graph zeroes it before), so a barrier needs no reset. The
-    CTA barrier before the release makes every warp's stores part of what the count publishes. POLL
-    "volatile": every thread polls with plain loads, then one acquire orders the loads of the next phase
-    after everything the other programs stored; "atomic": one thread polls with acquiring atomics and
-    shares each answer with the others through shared memory.
-    """
+def _arrive(counter_ptr):
+    """Count this program in at counter_ptr. The CTA barrier first makes every warp's stores part of what the
+    release publishes."""
     tl.debug_barrier()
     tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def _wait(counter_ptr, target, timeout_ptr, POLL: tl.constexpr, MAX_SPINS: tl.constexpr):
+    """Wait until the count at counter_ptr reaches ``target``; set timeout_ptr after MAX_SPINS polls instead.
+
+    The count only grows within a launch (run_persistent zeroes it before each), so a barrier needs no
+    reset. POLL "atomic": one thread polls with acquiring atomics and shares each answer through shared
+    memory. "volatile": every thread polls with volatile loads; one acquiring read after the poll orders
+    the next phase's loads after what the other programs stored, and is the value checked.
+    """
     spins = 0
     if POLL == "volatile":
         while (tl.load(counter_ptr, volatile=True) < target) & (spins < MAX_SPINS):
             spins += 1
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
     else:
-        while (tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu") < target) & (spins < MAX_SPINS):
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        while (seen < target) & (spins < MAX_SPINS):
+            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
             spins += 1
-    if tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu") < target:
+    if seen < target:
         tl.atomic_or(timeout_ptr, 1)
     tl.debug_barrier()
 
@@ -89,8 +100,9 @@ def persistent_gemv_chain_kernel(w_ptr, act_ptr, phases_ptr, counter_ptr, timeou
 
     phases_ptr holds PHASE_FIELDS int64 per phase (see PHASE_FIELDS). Row tiles go to the programs in
     turn. Between two phases every program waits at a grid barrier, so the launch must have all its
-    programs resident at once (resident_programs checks). Under the interpreter, which runs
-    programs one after another, the caller launches one phase at a time and no barrier runs.
+    programs resident at once (resident_programs checks; a barrier that waits too long sets timeout_ptr).
+    Under the interpreter, which runs programs one after another, the caller launches one phase at a time
+    and no barrier runs.
     """
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -108,7 +120,8 @@ def persistent_gemv_chain_kernel(w_ptr, act_ptr, phases_ptr, counter_ptr, timeou
         for tile in range(pid, n // ROWS, programs):
             rows = tile * ROWS + r
             w_rows = w_ptr + w_off + rows[:, None] * k_len + offs_k[None, :]
-            # .cg: the activation slots are rewritten every layer, so a line this SM's L1 kept is stale.
+            # The activation slots are rewritten every phase. The acquire after each barrier invalidates L1 (CCTL
+            # in the machine code); .cg reads L2 whatever the barrier compiles to.
             x = tl.load(act_ptr + in_off + offs_k, cache_modifier=".cg").to(tl.float32)
             acc = w_first.to(tl.float32) * x[None, :]
             for k in range(BLOCK_K, k_len, BLOCK_K):
@@ -119,8 +132,10 @@ def persistent_gemv_chain_kernel(w_ptr, act_ptr, phases_ptr, counter_ptr, timeou
                               other=0.0)
             tl.store(act_ptr + out_off + rows, round_to(tl.sum(acc, axis=1), act_ptr.dtype.element_ty))
         if phase + 1 < last_phase:
+            # Loaded after the arrival: a release waits for this thread's earlier memory accesses.
+            _arrive(counter_ptr)
             w_next = _first_chunk(w_ptr, phases_ptr, phase + 1, pid, r, offs_k, ROWS, BLOCK_K)
-            _grid_barrier(counter_ptr, (phase + 1 - first_phase) * programs, timeout_ptr, POLL, MAX_SPINS)
+            _wait(counter_ptr, (phase + 1 - first_phase) * programs, timeout_ptr, POLL, MAX_SPINS)
 
 
 def _aligned(n: int) -> int:
@@ -164,7 +179,10 @@ def build_chain(layer_shapes: list[tuple[str, int, int]], layers: int, head: tup
     chain) and a random input x. A phase reads the first K outputs of the phase before (x for the first)."""
     order = chain_order(layer_shapes, layers, head)
     slots, act_size = {}, _aligned(order[0][2])  # x first
+    widths = {}
     for name, n, _ in order:
+        if widths.setdefault(name, n) != n:
+            raise ValueError(f"phases named {name} have {widths[name]} and {n} outputs: one slot holds one width")
         if name not in slots:
             slots[name] = act_size
             act_size += _aligned(n)
@@ -227,17 +245,16 @@ def run_persistent(chain: Chain, programs: int, rows: int, block_k: int, num_war
 
 def resident_programs(rows: int, block_k: int, num_warps: int, poll: str, per_sm: int, chain: Chain) -> int | None:
     """How many programs the persistent launch gets: per_sm on every SM, or None where the compiled kernel's
-    registers, shared memory or threads do not let per_sm programs share an SM (its barrier would never open)."""
-    properties = triton.runtime.driver.active.utils.get_device_properties(chain.weights.device.index)
-    sms = properties["multiprocessor_count"]
-    # One program an SM always fits, so this first run (which compiles the kernel) cannot hang.
+    registers, shared memory or threads do not let per_sm programs share an SM of sm_90 (the programs not
+    resident would never reach the barrier; it would time out)."""
+    sms = torch.cuda.get_device_properties(chain.weights.device).multi_processor_count
+    # One program an SM always fits, so this first run, which compiles the kernel, needs no check.
     compiled = run_persistent(chain, sms, rows, block_k, num_warps, poll)
-    # A warp's registers are allocated in units of 256 (8 a thread); an SM of sm_90 has 65,536 and 2,048 threads.
-    registers = -(-compiled.n_regs // 8) * 8 * 32 * num_warps * per_sm
-    if (registers > properties["max_num_regs"] or compiled.metadata.shared * per_sm > properties["max_shared_mem"]
-            or 32 * num_warps * per_sm > 2048):
-        return None
-    return per_sm * sms
+    registers_a_warp = -(-compiled.n_regs * 32 // 256) * 256  # allocated to a warp in units of 256
+    fits = (registers_a_warp * num_warps * per_sm <= SM90_REGISTERS
+            and (compiled.metadata.shared + SM90_RESERVED_BYTES) * per_sm <= SM90_SHARED_BYTES
+            and 32 * num_warps * per_sm <= SM90_THREADS)
+    return per_sm * sms if fits else None
 
 
 def captured(fn) -> torch.cuda.CUDAGraph:
@@ -253,9 +270,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, help="decoder layers in the chain (default: the model's)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--replays", type=int, default=100)
+    parser.add_argument("--replays", type=int, default=100, help="timed replays an arm a round, in groups of 20")
     parser.add_argument("--jsonl", type=Path)
     args = parser.parse_args(argv)
+    for option, value, least in (("--layers", args.layers, 1), ("--rounds", args.rounds, 1),
+                                 ("--replays", args.replays, 20)):
+        if value is not None and value < least:
+            print(f"persistent_chain: {option} must be at least {least}, got {value}", file=sys.stderr)
+            return 2
     if INTERPRET or not torch.cuda.is_available():
         print("persistent_chain times GPU kernels: it needs CUDA (and TRITON_INTERPRET unset)", file=sys.stderr)
         return 2
@@ -268,12 +290,13 @@ def main(argv=None) -> int:
     cfg = ModelConfig.from_dict(default_config_dict())
     d = cfg.decoder
     layers = args.layers or d.num_layers
+    layer_shapes = decode_chain_shapes(cfg)
     chains = {
-        "step": build_chain(decode_chain_shapes(cfg), layers, (d.vocab_size, d.hidden_size), torch.bfloat16, "cuda"),
-        # As many phases, almost no bytes: what each structure costs a phase beyond streaming. Two slots in
+        "step": build_chain(layer_shapes, layers, (d.vocab_size, d.hidden_size), torch.bfloat16, "cuda"),
+        # As many phases, 2 MiB each: what each structure costs a phase with few bytes to move. Two slots in
         # turn, so that no phase writes the slot it reads.
-        "fixed cost": build_chain([(f"tiny {i % 2}", TINY, TINY) for i in range(len(decode_chain_shapes(cfg)))], layers, (TINY, TINY),
-                                  torch.bfloat16, "cuda"),
+        "fixed cost": build_chain([(f"tiny {i % 2}", TINY, TINY) for i in range(len(layer_shapes))], layers,
+                                  (TINY, TINY), torch.bfloat16, "cuda"),
     }
     peaks = measure_peaks("cuda")
     gpu = gpu_name(torch.device("cuda"))
@@ -284,54 +307,65 @@ def main(argv=None) -> int:
         floor_us = chain.weight_bytes / peaks.bandwidth * 1e6
         phases = len(chain.views)
         print(f"\n{name}: {chain.weight_bytes / 1e9:.3f} GB, floor {floor_us:.1f} µs")
-        graphs = checked_arms(chain)
-        results = {arm: [] for arm in graphs}
+        arms = checked_arms(chain)
+        results = {arm: [] for arm in arms}
         for round_index in range(args.rounds):
-            for arm in (list(graphs) if round_index % 2 == 0 else list(graphs)[::-1]):
-                us = replay_us(graphs[arm], args.replays)
+            for arm in (list(arms) if round_index % 2 == 0 else list(arms)[::-1]):
+                us = replay_us(arms[arm][0], args.replays)
                 results[arm].append(us)
-                print(f"  {arm:48s} round {round_index}  {us:8.1f} µs", flush=True)
+                print(f"  {arm:50s} round {round_index}  {us:8.1f} µs", flush=True)
                 if out:
                     out.write(json.dumps(dict(gpu=gpu, chain=name, arm=arm, round=round_index, us=us,
                                               floor_us=floor_us, phases=phases)) + "\n")
                     out.flush()
-        print(f"{'arm':50s} {'median µs':>10s} {'µs a phase':>11s} {'of copy':>8s}")
+        print(f"{'arm':52s} {'median µs':>10s} {'µs a phase':>11s} {'beyond bytes':>13s} {'of copy':>8s}")
         for arm, times in results.items():
             us = statistics.median(times)
-            print(f"{arm:50s} {us:10.1f} {us / phases:11.2f} {floor_us / us:8.1%}")
+            # Checked again after its timed replays: a barrier that timed out there, or a wrong result, shows.
+            after = arms[arm][1]()
+            print(f"{arm:52s} {us:10.1f} {us / phases:11.2f} {(us - floor_us) / phases:13.2f} {floor_us / us:8.1%}"
+                  + ("" if after is None else f"  INVALID after timing: {after}"))
     if out:
         out.close()
     return 0
 
 
-def checked_arms(chain: Chain) -> dict[str, torch.cuda.CUDAGraph]:
-    """Each arm's graph, by arm name, once its last output is within 5 % (relative norm) of torch's chain and no
-    barrier timed out; an arm that fails either is named and left out."""
+def checked_arms(chain: Chain) -> dict[str, tuple]:
+    """Each arm's (graph, check) by arm name, once the check passes on an eager run. check() reads the arm's last
+    output and the barriers' timeout flag as they are now: None when the output is within 5 % (relative norm)
+    of torch's chain and no barrier timed out, else what went wrong. An arm that fails before timing is named
+    and left out."""
     x = chain.act[:chain.views[0][0].numel()].clone()
     _, _, _, _, out_off = chain.phases[-1].tolist()
     expected = reference_chain(chain, x)[out_off:out_off + chain.views[-1][2].numel()].float()
 
-    def checked(arm: str, run) -> torch.cuda.CUDAGraph | None:
+    def check() -> str | None:
+        torch.cuda.synchronize()
+        error = ((chain.views[-1][2].view(-1).float() - expected).norm() / expected.norm()).item()
+        if chain.timeout.item() or not error <= 0.05:  # NaN fails too
+            return f"relative error {error:.3g}, barrier timeout {chain.timeout.item()}"
+        return None
+
+    def checked(arm: str, run) -> tuple | None:
         chain.timeout.zero_()
         chain.act[:x.numel()].copy_(x)
         run()
-        torch.cuda.synchronize()
-        error = ((chain.views[-1][2].view(-1).float() - expected).norm() / expected.norm()).item()
-        if chain.timeout.item() or error > 0.05:
-            print(f"  {arm}: not timed (relative error {error:.3g}, barrier timeout {chain.timeout.item()})")
+        failure = check()
+        if failure:
+            print(f"  {arm}: not timed ({failure})")
             return None
-        return captured(run)
+        return captured(run), check
 
-    graphs = {"launches (fast_linear.linear, PDL)": checked("launches", lambda: run_launches(chain))}
+    arms = {"launches (fast_linear.linear, PDL)": checked("launches", lambda: run_launches(chain))}
     for per_sm, rows, block_k, warps, poll in CONFIGS:
         arm = f"persistent {per_sm}/SM, {rows} x {block_k}, {warps} warps, {poll} poll"
         programs = resident_programs(rows, block_k, warps, poll, per_sm, chain)
         if programs is None:
             print(f"  {arm}: {per_sm} programs do not fit an SM")
             continue
-        graphs[arm] = checked(arm, lambda p=programs, r=rows, b=block_k, w=warps, q=poll:
-                              run_persistent(chain, p, r, b, w, q))
-    return {arm: graph for arm, graph in graphs.items() if graph is not None}
+        arms[arm] = checked(arm, lambda p=programs, r=rows, b=block_k, w=warps, q=poll:
+                            run_persistent(chain, p, r, b, w, q))
+    return {arm: value for arm, value in arms.items() if value is not None}
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ With programmatic dependent launch a kernel starts before the one ahead of it en
 so kernel durations overlap and their sum overstates the step. Here each kernel is charged with the
 time its end adds past the latest end before it in the replay ("added"). The added times of a replay
 sum to its span, first start to last end: they say which launches the step waits for. Idle is the
-part of the span in which no kernel of the replay ran (a drain no kernel overlapped).
+part of the span in which no kernel of the replay ran (a drain no kernel overlapped). replay_us times a
+replay with CUDA events instead, without a profiler (sweep_step, persistent_chain).
 """
 
 from statistics import median
