@@ -82,12 +82,19 @@ def _wait(counter_ptr, target, timeout_ptr, POLL: tl.constexpr, MAX_SPINS: tl.co
 
 
 @triton.jit
+def _phase_fields(phases_ptr, phase, BLOCK_K: tl.constexpr):
+    """(weight offset, N, K, input offset, output offset) of ``phase``, with the alignment build_chain gives
+    them, so that the loads of weights and activations compile to 16-byte vectors."""
+    fields = phases_ptr + phase * PHASE_FIELDS
+    return (tl.multiple_of(tl.load(fields), ALIGN), tl.load(fields + 1),
+            tl.multiple_of(tl.load(fields + 2), BLOCK_K), tl.multiple_of(tl.load(fields + 3), ALIGN),
+            tl.multiple_of(tl.load(fields + 4), ALIGN))
+
+
+@triton.jit
 def _first_chunk(w_ptr, phases_ptr, phase, pid, r, offs_k, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     """The first BLOCK_K columns of this program's first row tile of ``phase`` (zeros past the rows)."""
-    fields = phases_ptr + phase * PHASE_FIELDS
-    w_off = tl.multiple_of(tl.load(fields), ALIGN)
-    n = tl.load(fields + 1)
-    k_len = tl.multiple_of(tl.load(fields + 2), BLOCK_K)
+    w_off, n, k_len, _, _ = _phase_fields(phases_ptr, phase, BLOCK_K)
     rows = pid * ROWS + r
     return tl.load(w_ptr + w_off + rows[:, None] * k_len + offs_k[None, :], mask=(rows < n)[:, None], other=0.0)
 
@@ -110,12 +117,7 @@ def persistent_gemv_chain_kernel(w_ptr, act_ptr, phases_ptr, counter_ptr, timeou
     offs_k = tl.arange(0, BLOCK_K)
     w_next = _first_chunk(w_ptr, phases_ptr, first_phase, pid, r, offs_k, ROWS, BLOCK_K)
     for phase in range(first_phase, last_phase):
-        fields = phases_ptr + phase * PHASE_FIELDS
-        w_off = tl.multiple_of(tl.load(fields), ALIGN)
-        n = tl.load(fields + 1)
-        k_len = tl.multiple_of(tl.load(fields + 2), BLOCK_K)
-        in_off = tl.multiple_of(tl.load(fields + 3), ALIGN)
-        out_off = tl.multiple_of(tl.load(fields + 4), ALIGN)
+        w_off, n, k_len, in_off, out_off = _phase_fields(phases_ptr, phase, BLOCK_K)
         w_first = w_next
         for tile in range(pid, n // ROWS, programs):
             rows = tile * ROWS + r
