@@ -11,6 +11,18 @@ import pytest
 
 from glm_asr_course.tracks import REPO_ROOT
 from glm_asr_lab.cutile_compile_check import toolchain_missing
+from glm_asr_lab.measure.occupancy import blocks_an_sm
+
+
+@pytest.mark.parametrize("registers, threads, shared, blocks", [
+    (246, 128, 1152, 2),  # registers: 31 units of 256 a warp, 4 warps: 31,744 of 65,536
+    (170, 128, 0, 2),  # 5,440 registers a warp take 22 units (5,632): three blocks would need 67,584
+    (32, 128, 100 * 1024, 2),  # shared memory: 228 KiB hold two blocks of 100
+    (16, 1024, 0, 2),  # threads: 2,048 an SM
+    (16, 32, 0, 32),  # the 32 blocks an SM holds at most
+])
+def test_blocks_an_sm_takes_the_tightest_limit(registers, threads, shared, blocks):
+    assert blocks_an_sm(registers, threads, shared) == blocks
 
 
 def test_the_gemvs_machine_code_as_the_record_states_it(tmp_path):

@@ -33,10 +33,10 @@ from unittest import mock
 import torch
 
 from glm_asr_course.tracks import REPO_ROOT
+from glm_asr_lab.measure.occupancy import blocks_an_sm
 
 H100 = "NVIDIA H100 80GB HBM3"
 LOADS = ("LDG", "UTMALDG", "LDS", "LDGSTS")  # the load instructions counted, by their first word
-SM90_REGISTERS, SM90_SHARED, SM90_THREADS, SM90_BLOCKS = 65536, 228 * 1024, 2048, 32  # one SM of sm_90
 SMS = 132  # the H100's and the H200's: how many programs fast_linear's rule plans for
 
 
@@ -87,8 +87,8 @@ def cutile_cubins(signatures: list[dict], gpu: str) -> list[tuple[str, bytes, in
 
 
 def triton_cubins(shapes: dict[str, tuple[int, int]], gpu: str) -> dict[str, tuple[str, bytes, int]]:
-    """(tile, cubin, shared bytes its launch asks for) of Triton's o, gate|up and down GEMVs as fast_linear launches them on ``gpu``: o
-    (+residual), gate|up (RMSNorm prologue), down (SwiGLU prologue, +residual). The arguments a launch passes
+    """(tile, cubin, shared bytes its launch asks for) of Triton's o, gate|up and down GEMVs as fast_linear
+    launches them on ``gpu``: o (+residual), gate|up (RMSNorm prologue), down (SwiGLU prologue, +residual). The arguments a launch passes
     as None (no bias, no split-K partials, no norm weight without the RMSNorm prologue) are constants, as there."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -144,10 +144,8 @@ def machine_code(cubin: bytes, launch_shared: int) -> dict:
     threads = int(re.search(r"EIATTR_REQNTID\s+Format:\s+\S+\s+Value:\s+(0x[0-9a-f]+)", read["-elf"]).group(1), 16)
     # LDG but not LDGDEPBAR, LDS but not LDSM (a matrix load of the reduction).
     loads = Counter(m.group(1) for m in re.finditer(r"\b(LDGSTS|UTMALDG|LDG|LDS)(?=[.\s])", read["-sass"]))
-    registers_a_warp = -(-registers * 32 // 256) * 256  # allocated in units of 256
-    blocks = min(SM90_BLOCKS, SM90_REGISTERS // (registers_a_warp * threads // 32), SM90_THREADS // threads,
-                 SM90_SHARED // shared if shared else SM90_BLOCKS)
-    return dict(registers=registers, shared_bytes=shared, threads=threads, blocks_an_sm=blocks,
+    return dict(registers=registers, shared_bytes=shared, threads=threads,
+                blocks_an_sm=blocks_an_sm(registers, threads, shared),
                 loads={name: loads.get(name, 0) for name in LOADS})
 
 

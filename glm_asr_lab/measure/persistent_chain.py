@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from glm_asr_course.runtimes.triton_helpers import INTERPRET, round_to
+from glm_asr_lab.measure import occupancy
 from glm_asr_lab.measure.timeline import replay_us
 
 PHASE_FIELDS = tl.constexpr(5)  # per phase: weight offset, N, K, input offset, output offset (elements)
@@ -45,8 +46,6 @@ MAX_SPINS = 1 << 16  # polls: a barrier that waits longer reports a timeout inst
 CONFIGS = ((2, 8, 1024, 4, "atomic"), (2, 8, 1024, 4, "volatile"), (1, 16, 1024, 8, "atomic"),
            (1, 16, 1024, 8, "volatile"), (3, 8, 1024, 4, "atomic"), (2, 16, 1024, 4, "atomic"))
 TINY = 1024  # the fixed-cost chain: as many phases, each a TINY x TINY matrix (2 MiB in bf16)
-# One SM of sm_90 (the H100 and the H200): registers, shared memory (less the 1 KiB each block reserves), threads.
-SM90_REGISTERS, SM90_SHARED_BYTES, SM90_RESERVED_BYTES, SM90_THREADS = 65536, 228 * 1024, 1024, 2048
 
 
 @triton.jit
@@ -252,10 +251,8 @@ def resident_programs(rows: int, block_k: int, num_warps: int, poll: str, per_sm
     sms = torch.cuda.get_device_properties(chain.weights.device).multi_processor_count
     # One program an SM always fits, so this first run, which compiles the kernel, needs no check.
     compiled = run_persistent(chain, sms, rows, block_k, num_warps, poll)
-    registers_a_warp = -(-compiled.n_regs * 32 // 256) * 256  # allocated to a warp in units of 256
-    fits = (registers_a_warp * num_warps * per_sm <= SM90_REGISTERS
-            and (compiled.metadata.shared + SM90_RESERVED_BYTES) * per_sm <= SM90_SHARED_BYTES
-            and 32 * num_warps * per_sm <= SM90_THREADS)
+    fits = occupancy.blocks_an_sm(compiled.n_regs, 32 * num_warps,
+                                  compiled.metadata.shared + occupancy.RESERVED_BYTES) >= per_sm
     return per_sm * sms if fits else None
 
 
